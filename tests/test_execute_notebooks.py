@@ -1,0 +1,101 @@
+"""`make execute` is deterministic, and the committed outputs are what it produces."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+from tools import execute_notebooks
+
+from conftest import NOTEBOOKS, ROOT
+
+WIDGET_NOTEBOOK = [
+    new_markdown_cell("# Widgets", id="title"),
+    new_code_cell(
+        "import ipywidgets as widgets\n"
+        "slider = widgets.IntSlider(value=3, min=0, max=10, description='d')\n"
+        "slider",
+        id="slider",
+    ),
+    new_code_cell("import numpy as np\nnp.random.default_rng(0).normal(size=3)", id="numbers"),
+]
+
+
+@pytest.mark.slow
+def test_executing_twice_gives_identical_bytes(tmp_path):
+    """Widget model ids are random in Jupyter; after normalisation two runs agree."""
+    path = tmp_path / "99_widgets.ipynb"
+    nb = new_notebook(cells=WIDGET_NOTEBOOK)
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3"}
+    nbformat.write(nb, path)
+
+    first = execute_notebooks.execute(path)
+    second = execute_notebooks.execute(path)
+    assert first == second
+
+    executed = nbformat.reads(first, as_version=4)
+    state = executed.metadata["widgets"][execute_notebooks.WIDGET_STATE]["state"]
+    assert len(state) >= 2, "the slider's widget state was not stored"
+    view = executed.cells[1].outputs[0]["data"][execute_notebooks.WIDGET_VIEW]
+    assert view["model_id"] in state
+    assert "execution" not in executed.cells[1].metadata
+    assert "version" not in executed.metadata["language_info"]
+
+
+def test_widget_ids_are_renamed_consistently():
+    nb = new_notebook(cells=[new_code_cell("w", id="w", execution_count=1)])
+    random_id = "5f0c8a3e9b7d4c21a6e0f1b2c3d4e5f6"
+    nb.metadata["widgets"] = {
+        execute_notebooks.WIDGET_STATE: {
+            "state": {random_id: {"model_name": "IntSliderModel", "state": {}}},
+            "version_major": 2,
+            "version_minor": 0,
+        }
+    }
+    nb.cells[0].outputs = [
+        nbformat.v4.new_output(
+            "display_data",
+            {execute_notebooks.WIDGET_VIEW: {"model_id": random_id, "version_major": 2}},
+        )
+    ]
+    text = execute_notebooks.normalize(nb, "07_example")
+    assert random_id not in text
+    again = nbformat.reads(text, as_version=4)
+    (stable_id,) = again.metadata["widgets"][execute_notebooks.WIDGET_STATE]["state"]
+    assert again.cells[0].outputs[0]["data"][execute_notebooks.WIDGET_VIEW]["model_id"] == (
+        stable_id
+    )
+
+
+@pytest.mark.slow
+def test_committed_notebooks_are_exactly_what_make_execute_writes():
+    """Re-executing every chapter must reproduce the committed file byte for byte."""
+    result = subprocess.run(
+        [sys.executable, "-m", "tools.execute_notebooks", "--check", *map(str, NOTEBOOKS)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.slow
+def test_check_mode_notices_a_stale_notebook(tmp_path):
+    path = tmp_path / "01_stale.ipynb"
+    nb = new_notebook(cells=[new_code_cell("1 + 1", id="sum", execution_count=1)])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3"}
+    nb.cells[0].outputs = [
+        nbformat.v4.new_output("execute_result", {"text/plain": "3"}, execution_count=1)
+    ]
+    nbformat.write(nb, path)
+    before = path.read_bytes()
+    assert execute_notebooks.main(["--check", str(path)]) == 1
+    assert path.read_bytes() == before, "--check must not write"
+    assert execute_notebooks.main([str(path)]) == 0
+    refreshed = nbformat.read(path, as_version=4)
+    assert refreshed.cells[0].outputs[0]["data"]["text/plain"] == "2"
+    assert execute_notebooks.main(["--check", str(path)]) == 0

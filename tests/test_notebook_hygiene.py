@@ -1,0 +1,160 @@
+"""Every chapter notebook is stored executed, clean and listed in the table of contents.
+
+The second half feeds the same rules small broken notebooks, so each rule is seen
+failing on the defect it exists for.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import nbformat
+import pytest
+import yaml
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
+from tools import notebook_checks
+
+from conftest import NOTEBOOKS, ROOT
+
+
+def toc_files() -> list[str]:
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
+    files = [toc["root"]]
+    for part in toc.get("parts", []):
+        files.extend(chapter["file"] for chapter in part["chapters"])
+    return files
+
+
+def test_there_are_chapters():
+    assert NOTEBOOKS, "no notebooks found in notebooks/"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_hygiene(path):
+    nb = nbformat.read(path, as_version=4)
+    nbformat.validate(nb)
+    assert notebook_checks.findings(nb) == []
+
+
+def test_every_notebook_is_in_the_toc_and_every_toc_entry_exists():
+    listed = toc_files()
+    assert len(listed) == len(set(listed)), "an entry appears twice in _toc.yml"
+    for entry in listed:
+        candidates = [ROOT / f"{entry}{suffix}" for suffix in (".md", ".ipynb")]
+        assert any(c.exists() for c in candidates), f"_toc.yml lists {entry}, which is missing"
+    for path in NOTEBOOKS:
+        entry = path.relative_to(ROOT).with_suffix("").as_posix()
+        assert entry in listed, f"{path.name} is not listed in _toc.yml"
+    stray = [p for p in (ROOT / "notebooks").glob("*.ipynb") if p not in NOTEBOOKS]
+    assert stray == [], f"notebooks must be named NN_topic.ipynb: {stray}"
+
+
+# ---- the rules can fail ---------------------------------------------------------------
+
+
+def good_notebook():
+    nb = new_notebook()
+    nb.metadata = {
+        "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
+        "language_info": {"name": "python"},
+    }
+    nb.cells = [
+        new_markdown_cell("# A chapter", id="title"),
+        new_code_cell("x = 1", id="one", execution_count=1),
+        new_code_cell(
+            "x + 1",
+            id="two",
+            execution_count=2,
+            outputs=[new_output("execute_result", {"text/plain": "2"}, execution_count=2)],
+        ),
+    ]
+    return nb
+
+
+def test_the_good_notebook_passes():
+    assert notebook_checks.findings(good_notebook()) == []
+
+
+def broken(edit):
+    nb = copy.deepcopy(good_notebook())
+    edit(nb)
+    return notebook_checks.findings(nb)
+
+
+def _unexecuted(nb):
+    nb.cells[2].execution_count = None
+
+
+def _out_of_order(nb):
+    nb.cells[1].execution_count = 3
+
+
+def _error_output(nb):
+    nb.cells[1].outputs = [new_output("error", ename="ValueError", evalue="bad", traceback=[])]
+
+
+def _tagged_but_silent(nb):
+    nb.cells[1].metadata["tags"] = ["raises-exception"]
+
+
+def _output(text):
+    def edit(nb):
+        nb.cells[1].outputs = [new_output("stream", name="stdout", text=text)]
+
+    return edit
+
+
+def _stderr(nb):
+    nb.cells[1].outputs = [new_output("stream", name="stderr", text="UserWarning: careful")]
+
+
+def _ignored_claim(nb):
+    nb.cells[1].source = "# NBVAL_IGNORE_OUTPUT\nassert x == 1"
+
+
+def _figure_without_caption(nb):
+    nb.cells[1].outputs = [new_output("display_data", {"image/png": "iVBORw0KGgo="})]
+
+
+def _no_title(nb):
+    nb.cells[0].source = "Some text"
+
+
+def _long_cell(nb):
+    nb.cells[1].source = "\n".join(["x = 1"] * 50)
+
+
+def _version(nb):
+    nb.metadata["language_info"]["version"] = "3.11.7"
+
+
+@pytest.mark.parametrize(
+    ("edit", "expected"),
+    [
+        (_unexecuted, "not executed"),
+        (_out_of_order, "not run top to bottom"),
+        (_error_output, "stored error output"),
+        (_tagged_but_silent, "raised nothing"),
+        (_output("saved to /home/reader/figure.png"), "machine path"),
+        (_output("<object at 0x7f3a2b1c9d00>"), "memory address"),
+        (_output("run at 2026-11-22 08:30:01"), "timestamp"),
+        (_stderr, "stderr"),
+        (_ignored_claim, "NBVAL_IGNORE_OUTPUT on a cell that asserts"),
+        (_figure_without_caption, "without a caption"),
+        (_no_title, "# Title"),
+        (_long_cell, "longer than"),
+        (_version, "machine-specific"),
+    ],
+    ids=lambda v: getattr(v, "__name__", None) if callable(v) else None,
+)
+def test_each_rule_catches_its_defect(edit, expected):
+    found = broken(edit)
+    assert any(expected in finding for finding in found), found
+
+
+def test_raises_exception_tag_allows_a_stored_error():
+    def edit(nb):
+        _error_output(nb)
+        nb.cells[1].metadata["tags"] = ["raises-exception"]
+
+    assert broken(edit) == []

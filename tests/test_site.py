@@ -1,0 +1,89 @@
+"""The static site that `make book` writes (make test builds it before running pytest)."""
+
+from __future__ import annotations
+
+import re
+from html.parser import HTMLParser
+
+import pytest
+import yaml
+
+from conftest import ROOT
+
+HTML = ROOT / "_build" / "html"
+
+
+class Page(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.images: list[dict[str, str | None]] = []
+        self.links: list[str] = []
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        attributes = dict(attrs)
+        if tag == "img":
+            self.images.append(attributes)
+        if tag == "a" and attributes.get("href"):
+            self.links.append(attributes["href"])
+
+    def handle_data(self, data):
+        self.text.append(data)
+
+
+def read_page(relative: str) -> Page:
+    path = HTML / relative
+    if not path.exists():
+        pytest.fail(f"{path.relative_to(ROOT)} is missing: build the site with `make book`")
+    page = Page()
+    page.feed(path.read_text(encoding="utf-8"))
+    return page
+
+
+def toc_pages() -> list[str]:
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
+    files = [toc["root"]] + [c["file"] for part in toc["parts"] for c in part["chapters"]]
+    return [f"{entry}.html" for entry in files]
+
+
+def test_index_and_every_toc_page_are_built():
+    assert (HTML / "index.html").exists(), "run `make book` first"
+    for page in toc_pages():
+        assert (HTML / page).exists(), f"{page} was not built"
+
+
+@pytest.mark.parametrize("page", toc_pages())
+def test_pages_show_no_error_and_images_have_alt_text(page):
+    parsed = read_page(page)
+    text = " ".join(parsed.text)
+    assert "Traceback (most recent call last)" not in text
+    for image in parsed.images:
+        assert image.get("alt"), f"{page}: image {image.get('src')} has no alt text"
+
+
+@pytest.mark.parametrize("page", toc_pages())
+def test_internal_links_resolve(page):
+    parsed = read_page(page)
+    base = (HTML / page).parent
+    for href in parsed.links:
+        if re.match(r"^[a-z]+:", href) or href.startswith("#"):
+            continue
+        target = (base / href.split("#")[0]).resolve()
+        assert target.exists(), f"{page}: link {href} points nowhere"
+
+
+def test_chapter_one_figure_has_caption_number_and_launch_buttons():
+    page = read_page("notebooks/01_permutation_invariance.html")
+    text = " ".join(" ".join(page.text).split())
+    assert "Fig. 1.1" in text or "Figure 1.1" in text, "the figure is not numbered"
+    assert "Attention weights of one self-attention head" in text
+    figure_images = [i for i in page.images if "heatmap" in (i.get("alt") or "")]
+    assert figure_images, "the attention heatmap is missing or lost its alt text"
+    assert any("mybinder.org" in link for link in page.links), "no Binder launch button"
+    assert any("colab.research.google.com" in link for link in page.links), "no Colab button"
+
+
+def test_bibliography_lists_what_the_chapters_cite():
+    text = " ".join(" ".join(read_page("book/bibliography.html").text).split()).lower()
+    for title in ("attention is all you need", "deep sets", "set transformer"):
+        assert title in text, f"the bibliography lacks {title!r}"

@@ -1,0 +1,1 @@
+"""Maintenance scripts of the book (not part of the posenc library)."""

@@ -1,0 +1,113 @@
+"""Execute the book's notebooks in place and store their outputs, deterministically.
+
+``make execute`` runs this over notebooks/*.ipynb. Running it twice leaves the files
+byte-identical: cells run top to bottom in a fresh kernel with a fixed hash seed,
+no timing metadata is recorded, widget model ids (random UUIDs in Jupyter) are
+renamed to ids derived from the notebook's name, and the interpreter's patch
+version is dropped from the notebook metadata.
+
+``--check`` executes without writing and exits 1 if any file would change: the
+test suite uses it to prove that the committed outputs are what ``make execute``
+produces.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import re
+import sys
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+
+WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
+CELL_TIMEOUT_SECONDS = 600
+
+
+def _widget_ids(nb) -> list[str]:
+    """Model ids in a stable order: the stored state's order, then views in outputs."""
+    ids: list[str] = list(nb.metadata.get("widgets", {}).get(WIDGET_STATE, {}).get("state", {}))
+    for cell in nb.cells:
+        for output in cell.get("outputs", []):
+            view = output.get("data", {}).get(WIDGET_VIEW)
+            if view and view.get("model_id") not in ids:
+                ids.append(view["model_id"])
+    return ids
+
+
+def normalize(nb, name: str) -> str:
+    """Return the notebook as text with every volatile detail made deterministic."""
+    for cell in nb.cells:
+        cell.metadata.pop("execution", None)
+    language_info = nb.metadata.get("language_info", {})
+    language_info.pop("version", None)
+    nb.metadata["kernelspec"] = dict(KERNELSPEC)
+    text = nbformat.writes(nb, version=4) + "\n"
+    for index, model_id in enumerate(_widget_ids(nb)):
+        stable = hashlib.sha256(f"{name}:{index}".encode()).hexdigest()[:32]
+        text = re.sub(re.escape(model_id), stable, text)
+    # Re-parse and re-serialise so the key order and layout are nbformat's own.
+    return nbformat.writes(nbformat.reads(text, as_version=4), version=4) + "\n"
+
+
+def execute(path: Path) -> str:
+    """Run a notebook top to bottom in a fresh kernel; return its normalized text."""
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs = []
+            cell.execution_count = None
+    client = NotebookClient(
+        nb,
+        timeout=CELL_TIMEOUT_SECONDS,
+        kernel_name="python3",
+        allow_errors=False,
+        record_timing=False,
+        store_widget_state=True,
+        resources={"metadata": {"path": str(path.parent)}},
+    )
+    client.execute(env=_kernel_env())
+    return normalize(nb, path.stem)
+
+
+def _kernel_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONHASHSEED"] = "0"
+    return env
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("notebooks", nargs="+", type=Path)
+    parser.add_argument(
+        "--check", action="store_true", help="write nothing; exit 1 if a file would change"
+    )
+    args = parser.parse_args(argv)
+    stale = []
+    for path in args.notebooks:
+        fresh = execute(path)
+        current = path.read_text(encoding="utf-8")
+        if fresh == current:
+            print(f"unchanged  {path}")
+        elif args.check:
+            stale.append(path)
+            print(f"WOULD CHANGE  {path}")
+        else:
+            path.write_text(fresh, encoding="utf-8")
+            print(f"updated    {path}")
+    if stale:
+        print(
+            "Stored outputs differ from a fresh run: refresh them with `make execute`.",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

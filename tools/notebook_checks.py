@@ -1,0 +1,144 @@
+"""Hygiene rules every chapter notebook must follow (used by tests/test_notebook_hygiene.py).
+
+Each check takes a notebook (an ``nbformat.NotebookNode``) and returns a list of
+findings, one readable line per problem; an empty list means the notebook passes.
+"""
+
+from __future__ import annotations
+
+import re
+
+MAX_CODE_CELL_LINES = 40
+MACHINE_PATH = re.compile(r"(/root/|/home/|/tmp/|/work/|/Users/|/private/var/|[A-Z]:\\\\)")
+MEMORY_ADDRESS = re.compile(r"\b0x[0-9a-fA-F]{6,}\b")
+TIMESTAMP = re.compile(r"\b\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2})?")
+IGNORE_OUTPUT = "NBVAL_IGNORE_OUTPUT"
+RAISES = "raises-exception"
+
+
+def _code_cells(nb):
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type == "code":
+            yield index, cell
+
+
+def _output_texts(output) -> list[str]:
+    texts = []
+    if "text" in output:
+        texts.append(output["text"])
+    for mime, value in output.get("data", {}).items():
+        if mime.startswith("text/") or mime.endswith("json"):
+            texts.append(value if isinstance(value, str) else str(value))
+    texts.extend(output.get("traceback", []))
+    if "evalue" in output:
+        texts.append(output["evalue"])
+    return texts
+
+
+def check_executed_in_order(nb) -> list[str]:
+    findings = []
+    counts = []
+    for index, cell in _code_cells(nb):
+        if not cell.source.strip():
+            findings.append(f"cell {index}: empty code cell")
+        elif cell.execution_count is None:
+            findings.append(f"cell {index}: not executed (no execution count)")
+        else:
+            counts.append(cell.execution_count)
+    if counts != list(range(1, len(counts) + 1)):
+        findings.append(
+            f"execution counts {counts} are not 1..{len(counts)}: "
+            "cells were not run top to bottom in one kernel (refresh with make execute)"
+        )
+    return findings
+
+
+def check_errors(nb) -> list[str]:
+    findings = []
+    for index, cell in _code_cells(nb):
+        tagged = RAISES in cell.metadata.get("tags", [])
+        errors = [o for o in cell.outputs if o.output_type == "error"]
+        if errors and not tagged:
+            findings.append(f"cell {index}: stored error output ({errors[0].get('ename')})")
+        if tagged and not errors:
+            findings.append(f"cell {index}: tagged {RAISES} but raised nothing")
+        for output in cell.outputs:
+            if output.output_type == "stream" and output.get("name") == "stderr":
+                findings.append(f"cell {index}: writes to stderr: {output['text'][:80]!r}")
+    return findings
+
+
+def check_volatile_outputs(nb) -> list[str]:
+    findings = []
+    for index, cell in _code_cells(nb):
+        for output in cell.outputs:
+            for text in _output_texts(output):
+                for name, pattern in (
+                    ("a machine path", MACHINE_PATH),
+                    ("a memory address", MEMORY_ADDRESS),
+                    ("a timestamp", TIMESTAMP),
+                ):
+                    match = pattern.search(text)
+                    if match:
+                        findings.append(f"cell {index}: output shows {name}: {match.group(0)!r}")
+    return findings
+
+
+def check_claims_are_compared(nb) -> list[str]:
+    """A cell whose output nbval ignores may not carry a claim (an assert)."""
+    findings = []
+    for index, cell in _code_cells(nb):
+        if IGNORE_OUTPUT in cell.source and re.search(r"^\s*assert\b", cell.source, re.M):
+            findings.append(f"cell {index}: {IGNORE_OUTPUT} on a cell that asserts a claim")
+    return findings
+
+
+def check_figures(nb) -> list[str]:
+    """Every figure needs a caption and alt text (myst-nb cell metadata)."""
+    findings = []
+    for index, cell in _code_cells(nb):
+        if not any("image/png" in o.get("data", {}) for o in cell.outputs):
+            continue
+        mystnb = cell.metadata.get("mystnb", {})
+        if not mystnb.get("figure", {}).get("caption"):
+            findings.append(f"cell {index}: figure without a caption (mystnb.figure.caption)")
+        if not mystnb.get("figure", {}).get("name"):
+            findings.append(f"cell {index}: figure without a label (mystnb.figure.name)")
+        if not mystnb.get("image", {}).get("alt"):
+            findings.append(f"cell {index}: figure without alt text (mystnb.image.alt)")
+    return findings
+
+
+def check_structure(nb) -> list[str]:
+    findings = []
+    if not nb.cells or nb.cells[0].cell_type != "markdown":
+        findings.append("the first cell must be markdown with the chapter title")
+    elif not nb.cells[0].source.startswith("# "):
+        findings.append("the first cell must start with '# Title'")
+    ids = [cell.get("id") for cell in nb.cells]
+    if None in ids or len(set(ids)) != len(ids):
+        findings.append("cell ids must be present and unique")
+    for index, cell in _code_cells(nb):
+        lines = cell.source.count("\n") + 1
+        if lines > MAX_CODE_CELL_LINES:
+            findings.append(f"cell {index}: {lines} lines, longer than {MAX_CODE_CELL_LINES}")
+    if nb.metadata.get("kernelspec", {}).get("name") != "python3":
+        findings.append("kernelspec must be python3")
+    if "version" in nb.metadata.get("language_info", {}):
+        findings.append("language_info.version is machine-specific (refresh with make execute)")
+    return findings
+
+
+ALL_CHECKS = (
+    check_structure,
+    check_executed_in_order,
+    check_errors,
+    check_volatile_outputs,
+    check_claims_are_compared,
+    check_figures,
+)
+
+
+def findings(nb) -> list[str]:
+    """Every problem the hygiene rules find in ``nb``."""
+    return [finding for check in ALL_CHECKS for finding in check(nb)]
