@@ -13,7 +13,7 @@ export JUPYTER_PATH := $(CURDIR)/$(VENV)/share/jupyter
 export JUPYTER_PLATFORM_DIRS := 1
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
-.PHONY: all book test lint execute lock bench clean
+.PHONY: all book test lint execute lock clean
 
 all: book
 
