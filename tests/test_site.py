@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
+import sys
 from html.parser import HTMLParser
+from pathlib import Path
 
 import pytest
 import yaml
@@ -87,3 +91,33 @@ def test_bibliography_lists_what_the_chapters_cite():
     text = " ".join(" ".join(read_page("book/bibliography.html").text).split()).lower()
     for title in ("attention is all you need", "deep sets", "set transformer"):
         assert title in text, f"the bibliography lacks {title!r}"
+
+
+def network_can_be_cut() -> bool:
+    if shutil.which("unshare") is None or shutil.which("ip") is None:
+        return False
+    probe = subprocess.run(["unshare", "-n", "true"], capture_output=True, check=False)
+    return probe.returncode == 0
+
+
+@pytest.mark.slow
+def test_the_book_builds_strictly_with_no_network(tmp_path):
+    """Build again in a network namespace that has only loopback (kernels need it)."""
+    if not network_can_be_cut():
+        pytest.skip("`unshare -n` and `ip` are needed to build with the network cut")
+    jupyter_book = Path(sys.executable).parent / "jupyter-book"
+    command = (
+        f'ip link set lo up && "{jupyter_book}" build . --builder html -n -W --keep-going '
+        f'--path-output "{tmp_path}"'
+    )
+    result = subprocess.run(
+        ["unshare", "-n", "sh", "-c", command],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    for page in toc_pages():
+        assert (tmp_path / "_build" / "html" / page).exists(), page
