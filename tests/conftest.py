@@ -5,9 +5,17 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import yaml
+
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 
 # The maintenance scripts in tools/ are importable from the tests.
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+
+def toc_entries() -> list[str]:
+    """The files _toc.yml lists (without suffix), root first, in reading order."""
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
+    return [toc["root"]] + [c["file"] for part in toc.get("parts", []) for c in part["chapters"]]

@@ -10,19 +10,10 @@ import copy
 
 import nbformat
 import pytest
-import yaml
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 from tools import notebook_checks
 
-from conftest import NOTEBOOKS, ROOT
-
-
-def toc_files() -> list[str]:
-    toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
-    files = [toc["root"]]
-    for part in toc.get("parts", []):
-        files.extend(chapter["file"] for chapter in part["chapters"])
-    return files
+from conftest import NOTEBOOKS, ROOT, toc_entries
 
 
 def test_there_are_chapters():
@@ -37,7 +28,7 @@ def test_notebook_hygiene(path):
 
 
 def test_every_notebook_is_in_the_toc_and_every_toc_entry_exists():
-    listed = toc_files()
+    listed = toc_entries()
     assert len(listed) == len(set(listed)), "an entry appears twice in _toc.yml"
     for entry in listed:
         candidates = [ROOT / f"{entry}{suffix}" for suffix in (".md", ".ipynb")]

@@ -10,9 +10,8 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-import yaml
 
-from conftest import ROOT
+from conftest import ROOT, toc_entries
 
 HTML = ROOT / "_build" / "html"
 
@@ -45,9 +44,7 @@ def read_page(relative: str) -> Page:
 
 
 def toc_pages() -> list[str]:
-    toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
-    files = [toc["root"]] + [c["file"] for part in toc["parts"] for c in part["chapters"]]
-    return [f"{entry}.html" for entry in files]
+    return [f"{entry}.html" for entry in toc_entries()]
 
 
 def test_index_and_every_toc_page_are_built():

@@ -125,14 +125,13 @@ def self_attention(x, w_q, w_k, w_v, *, bias=None):
     """
     x = floating_array("x", x, min_ndim=2)
     d_model = x.shape[-1]
+    w_q, w_k, w_v = (floating_array(n, w) for n, w in (("w_q", w_q), ("w_k", w_k), ("w_v", w_v)))
     for name, w in (("w_q", w_q), ("w_k", w_k), ("w_v", w_v)):
-        w = floating_array(name, w)
         if w.ndim != 2 or w.shape[0] != d_model:
             raise ValueError(
                 f"{name} must have shape (d_model, features) with d_model = {d_model} "
                 f"(the last axis of x, shape {x.shape}), got {w.shape}"
             )
-    w_q, w_k, w_v = (np.asarray(w) for w in (w_q, w_k, w_v))
     if w_q.shape != w_k.shape:
         raise ValueError(
             f"w_q and w_k must have the same shape, got w_q={w_q.shape}, w_k={w_k.shape}"
