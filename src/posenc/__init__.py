@@ -4,9 +4,15 @@ Each module holds one idea that a chapter teaches; later chapters, the tests and
 the benchmarks import these functions instead of re-typing them.
 
 - :mod:`posenc.attention` — scaled dot-product (self-)attention in NumPy (chapter 1).
+- :mod:`posenc.encoding` — the sinusoidal table, :func:`sinusoidal`, and its column
+  layouts, :func:`layout_permutation` (chapters 2-5).
+- :mod:`posenc.implementations` — the chapters' variants: naive loops, vectorized,
+  log-space ``div_term`` (chapters 3-5).
+- :mod:`posenc.reference` — exact values from mpmath, the yardstick for all of them.
 """
 
-from posenc import attention
+from posenc import attention, implementations
+from posenc.encoding import layout_permutation, sinusoidal
 
-__all__ = ["attention"]
+__all__ = ["attention", "implementations", "layout_permutation", "sinusoidal"]
 __version__ = "0.1.0"

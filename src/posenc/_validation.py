@@ -42,3 +42,54 @@ def broadcasts_into(small: tuple[int, ...], large: tuple[int, ...]) -> bool:
         if s not in (1, l):
             return False
     return True
+
+
+def integer(name: str, value, *, minimum: int) -> int:
+    """Return ``value`` as a Python int no smaller than ``minimum``, or raise.
+
+    Python and NumPy integers are accepted; ``bool`` is refused even though it is
+    an ``int`` subclass, and so are floats, even integral ones such as ``4.0``.
+    """
+    if isinstance(value, bool | np.bool_) or not isinstance(value, int | np.integer):
+        raise TypeError(f"{name} must be an integer, got {value!r} ({type(value).__name__})")
+    value = int(value)
+    if value < minimum:
+        raise ValueError(f"{name} must be at least {minimum}, got {value}")
+    return value
+
+
+def positive_finite(name: str, value) -> float:
+    """Return ``value`` as a float that is finite and > 0, or raise."""
+    if isinstance(value, bool | np.bool_) or not isinstance(
+        value, int | float | np.integer | np.floating
+    ):
+        raise TypeError(f"{name} must be a real number, got {value!r} ({type(value).__name__})")
+    try:
+        number = float(value)
+    except OverflowError:
+        number = float("inf")
+    if not np.isfinite(number) or number <= 0:
+        raise ValueError(f"{name} must be finite and > 0, got {value!r}")
+    return number
+
+
+def floating_dtype(name: str, value) -> np.dtype:
+    """Return ``value`` as a floating NumPy dtype (float16, float32, float64, ...), or raise."""
+    try:
+        if value is None:  # np.dtype(None) would silently mean float64
+            raise TypeError
+        dtype = np.dtype(value)
+    except TypeError as error:
+        raise TypeError(f"{name} must be a floating-point dtype, got {value!r}") from error
+    if not np.issubdtype(dtype, np.floating):
+        raise TypeError(f"{name} must be a floating-point dtype, got {value!r} ({dtype})")
+    return dtype
+
+
+def choice(name: str, value, options: tuple[str, ...]) -> str:
+    """Return ``value`` if it is one of the strings ``options``, or raise."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be one of {options}, got {value!r} ({type(value).__name__})")
+    if value not in options:
+        raise ValueError(f"{name} must be one of {options}, got {value!r}")
+    return value

@@ -1,0 +1,110 @@
+"""The sinusoidal positional encoding of "Attention Is All You Need" (chapters 2-5).
+
+``sinusoidal`` is the entry point the rest of the book uses. It computes every
+angle in float64 and rounds once, at the end, to the requested dtype: chapter 5
+measures why (the angle ``pos * omega`` is the error that matters, not the
+form of ``div_term``).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from posenc import _validation
+
+LAYOUTS = ("interleaved", "concat")
+
+# Positions are exact in float64 only up to 2**53.
+MAX_POSITION = 2**53
+
+
+class TableSpec(NamedTuple):
+    """The checked arguments shared by every function that builds a table."""
+
+    length: int
+    d_model: int
+    base: float
+    start: int
+    dtype: np.dtype
+    layout: str
+
+    @property
+    def positions(self) -> np.ndarray:
+        """The positions ``start, ..., start + length - 1`` as exact float64 values."""
+        return np.arange(self.start, self.start + self.length, dtype=np.float64)
+
+    @property
+    def pair_exponents(self) -> np.ndarray:
+        """``2i / d_model`` for each sin/cos pair i (ceil(d_model / 2) of them)."""
+        return np.arange(0, self.d_model, 2, dtype=np.float64) / self.d_model
+
+
+def table_spec(length, d_model, *, base, start, dtype, layout) -> TableSpec:
+    """Check the arguments of a table-building function; raise at the first bad one."""
+    length = _validation.integer("length", length, minimum=0)
+    d_model = _validation.integer("d_model", d_model, minimum=1)
+    base = _validation.positive_finite("base", base)
+    start = _validation.integer("start", start, minimum=0)
+    dtype = _validation.floating_dtype("dtype", dtype)
+    layout = _validation.choice("layout", layout, LAYOUTS)
+    if start + length > MAX_POSITION:
+        raise ValueError(
+            f"start + length must be at most 2**53 (positions exact in float64), "
+            f"got start={start}, length={length}"
+        )
+    return TableSpec(length, d_model, base, start, dtype, layout)
+
+
+def layout_permutation(d_model) -> np.ndarray:
+    """Column order that turns an interleaved table into a concatenated one.
+
+    ``interleaved[:, layout_permutation(d)]`` equals the ``layout="concat"`` table:
+    the sin columns 0, 2, 4, ... first, then the cos columns 1, 3, 5, ....
+    ``np.argsort`` of the result maps back.
+    """
+    d_model = _validation.integer("d_model", d_model, minimum=1)
+    return np.concatenate([np.arange(0, d_model, 2), np.arange(1, d_model, 2)])
+
+
+def arrange(table: np.ndarray, layout: str) -> np.ndarray:
+    """Return an interleaved ``table`` in ``layout`` (a copy only when reordering)."""
+    if layout == "interleaved":
+        return table
+    return table[:, layout_permutation(table.shape[1])]
+
+
+def fill_from_angles(angles: np.ndarray, d_model: int, dtype: np.dtype) -> np.ndarray:
+    """An interleaved table from the (length, pairs) angles: sin in even, cos in odd columns."""
+    table = np.empty((angles.shape[0], d_model), dtype=dtype)
+    table[:, 0::2] = np.sin(angles)
+    table[:, 1::2] = np.cos(angles[:, : d_model // 2])
+    return table
+
+
+def sinusoidal(
+    length,
+    d_model,
+    *,
+    base=10000.0,
+    start=0,
+    dtype=np.float64,
+    layout="interleaved",
+) -> np.ndarray:
+    """The sinusoidal position table, shape ``(length, d_model)``.
+
+    Row r is position ``start + r``. Column ``2i`` is ``sin(p / base**(2i/d_model))``
+    and column ``2i + 1`` the cosine of the same angle; with an odd ``d_model`` the
+    last column is the sine of one more pair. ``layout="concat"`` puts all sine
+    columns first, then all cosine columns (tensor2tensor's arrangement).
+
+    Angles are computed in float64 and the result is rounded once to ``dtype``,
+    so a float16 or float32 table is as close to the exact values as that dtype
+    allows, at any position up to 2**53.
+    """
+    spec = table_spec(length, d_model, base=base, start=start, dtype=dtype, layout=layout)
+    frequencies = spec.base**-spec.pair_exponents
+    angles = spec.positions[:, None] * frequencies[None, :]
+    table = fill_from_angles(angles, spec.d_model, np.dtype(np.float64))
+    return arrange(table, spec.layout).astype(spec.dtype, copy=False)

@@ -1,0 +1,60 @@
+"""The chapters' ways of building the sinusoidal table, kept side by side.
+
+All share the signature of :func:`posenc.sinusoidal` and compute the same
+formula; they differ in how, and in which dtype the arithmetic happens:
+
+- :func:`naive_loops` (chapter 3): a double loop in Python floats, one entry at a time.
+- :func:`vectorized` (chapter 4): one broadcast product, positions times frequencies,
+  with the frequencies in the power form ``1 / base**(2i/d)``; arithmetic in ``dtype``.
+- :func:`log_space` (chapter 5): the same, with the frequencies written
+  ``exp(2i * -ln(base) / d)`` (the ``div_term`` of many code bases); arithmetic in ``dtype``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from posenc.encoding import arrange, fill_from_angles, table_spec
+
+
+def naive_loops(
+    length, d_model, *, base=10000.0, start=0, dtype=np.float64, layout="interleaved"
+) -> np.ndarray:
+    """Entry by entry: column j belongs to pair i = j // 2 and uses exponent 2i / d_model."""
+    spec = table_spec(length, d_model, base=base, start=start, dtype=dtype, layout=layout)
+    table = np.zeros((spec.length, spec.d_model), dtype=spec.dtype)
+    for row in range(spec.length):
+        pos = spec.start + row
+        for column in range(spec.d_model):
+            i = column // 2  # the pair index, not the column index
+            angle = pos / spec.base ** (2 * i / spec.d_model)
+            table[row, column] = math.sin(angle) if column % 2 == 0 else math.cos(angle)
+    return arrange(table, spec.layout)
+
+
+def _broadcast(spec, frequencies: np.ndarray) -> np.ndarray:
+    positions = spec.positions.astype(spec.dtype)  # each position rounded once to dtype
+    angles = positions[:, None] * frequencies[None, :]
+    return arrange(fill_from_angles(angles, spec.d_model, spec.dtype), spec.layout)
+
+
+def vectorized(
+    length, d_model, *, base=10000.0, start=0, dtype=np.float64, layout="interleaved"
+) -> np.ndarray:
+    """Positions as a column times d_model/2 frequencies as a row, all in ``dtype``."""
+    spec = table_spec(length, d_model, base=base, start=start, dtype=dtype, layout=layout)
+    two_i = np.arange(0, spec.d_model, 2, dtype=spec.dtype)
+    frequencies = 1 / spec.dtype.type(spec.base) ** (two_i / spec.dtype.type(spec.d_model))
+    return _broadcast(spec, frequencies)
+
+
+def log_space(
+    length, d_model, *, base=10000.0, start=0, dtype=np.float64, layout="interleaved"
+) -> np.ndarray:
+    """As :func:`vectorized`, with ``div_term = exp(2i * -ln(base) / d_model)``."""
+    spec = table_spec(length, d_model, base=base, start=start, dtype=dtype, layout=layout)
+    two_i = np.arange(0, spec.d_model, 2, dtype=spec.dtype)
+    div_term = np.exp(two_i * (-np.log(spec.dtype.type(spec.base)) / spec.d_model))
+    return _broadcast(spec, div_term)

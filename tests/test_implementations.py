@@ -1,0 +1,89 @@
+"""The chapters' implementations agree with each other and with the exact (mpmath) table."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from posenc import implementations, reference, sinusoidal
+
+TABLES = [
+    sinusoidal,
+    implementations.naive_loops,
+    implementations.vectorized,
+    implementations.log_space,
+]
+TABLE_IDS = [f.__name__ for f in TABLES]
+
+# The promise of chapters 2-5, in float64: within 1e-12 of the exact values below
+# position 4096, within 1e-9 up to position 10**6.
+NEAR, NEAR_TOLERANCE = 4096, 1e-12
+FAR, FAR_TOLERANCE = 10**6, 1e-9
+D_MODELS = [1, 2, 3, 4, 5, 7, 8, 16, 31, 64, 127, 128, 512, 1024]
+
+
+def _max_error(builder, length, d_model, start):
+    exact = reference.exact_sinusoidal(length, d_model, start=start)
+    table = builder(length, d_model, start=start)
+    assert table.shape == exact.shape == (length, d_model)
+    return float(np.max(np.abs(table - exact), initial=0.0))
+
+
+@pytest.mark.parametrize("builder", TABLES, ids=TABLE_IDS)
+@pytest.mark.parametrize("d_model", D_MODELS)
+def test_agrees_with_mpmath_below_4096(builder, d_model):
+    for length, start in [(0, 0), (1, 0), (1, NEAR - 1), (24, 0), (24, NEAR - 24)]:
+        assert _max_error(builder, length, d_model, start) <= NEAR_TOLERANCE
+
+
+@pytest.mark.parametrize("builder", TABLES, ids=TABLE_IDS)
+@pytest.mark.parametrize("d_model", D_MODELS)
+def test_agrees_with_mpmath_up_to_a_million(builder, d_model):
+    for length, start in [(1, FAR), (8, 10**4), (8, 10**5), (16, FAR - 15)]:
+        assert _max_error(builder, length, d_model, start) <= FAR_TOLERANCE
+
+
+@pytest.mark.parametrize("builder", TABLES, ids=TABLE_IDS)
+@settings(max_examples=40)
+@given(data=st.data(), d_model=st.integers(1, 300), length=st.integers(0, 6))
+def test_agrees_with_mpmath_anywhere(builder, data, d_model, length):
+    start = data.draw(st.integers(0, FAR - length), label="start")
+    tolerance = NEAR_TOLERANCE if start + length <= NEAR else FAR_TOLERANCE
+    assert _max_error(builder, length, d_model, start) <= tolerance
+
+
+@pytest.mark.parametrize("builder", TABLES[1:], ids=TABLE_IDS[1:])
+@pytest.mark.parametrize(("length", "d_model"), [(0, 4), (1, 1), (50, 7), (64, 64)])
+def test_variants_match_the_entry_point(builder, length, d_model):
+    for base in (10000.0, 2.0, 1e6):
+        np.testing.assert_allclose(
+            builder(length, d_model, base=base),
+            sinusoidal(length, d_model, base=base),
+            rtol=0,
+            atol=1e-12,
+        )
+
+
+@pytest.mark.parametrize("builder", [implementations.vectorized, implementations.log_space])
+def test_variants_compute_in_the_requested_dtype(builder):
+    # Far from the origin a float32 angle is off by up to half an ulp of pos*omega, so the
+    # float32 variants must be measurably worse than the float64 table rounded to float32.
+    start = 100_000
+    exact = reference.exact_sinusoidal(4, 8, start=start)
+    in_float32 = builder(4, 8, start=start, dtype=np.float32)
+    assert in_float32.dtype == np.float32
+    rounded_once = sinusoidal(4, 8, start=start, dtype=np.float32)
+    error_in_float32 = np.abs(in_float32.astype(np.float64) - exact).max()
+    error_rounded_once = np.abs(rounded_once.astype(np.float64) - exact).max()
+    assert error_rounded_once <= 2.0**-25  # half an ulp of float32 at 1
+    assert error_in_float32 > 100 * error_rounded_once
+
+
+def test_naive_loops_use_the_pair_index():
+    # Column 3 is the cosine of pair 1: exponent 2/d, not 6/d.
+    table = implementations.naive_loops(2, 8)
+    assert table[1, 3] == math.cos(1 / 10000 ** (2 / 8))
