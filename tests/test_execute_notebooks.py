@@ -99,3 +99,28 @@ def test_check_mode_notices_a_stale_notebook(tmp_path):
     refreshed = nbformat.read(path, as_version=4)
     assert refreshed.cells[0].outputs[0]["data"]["text/plain"] == "2"
     assert execute_notebooks.main(["--check", str(path)]) == 0
+
+
+@pytest.mark.slow
+def test_volatile_cells_do_not_count_as_changes(tmp_path):
+    """A timing cell prints something new each run; only the other cells are compared."""
+    path = tmp_path / "04_timing.ipynb"
+    cells = [
+        new_code_cell("# NBVAL_IGNORE_OUTPUT\nimport time\ntime.perf_counter_ns()", id="clock"),
+        new_code_cell("6 * 7", id="answer"),
+    ]
+    nb = new_notebook(cells=cells)
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3"}
+    nbformat.write(nb, path)
+    assert execute_notebooks.main([str(path)]) == 0
+    first = path.read_bytes()
+    assert execute_notebooks.main([str(path)]) == 0
+    assert path.read_bytes() == first, "a re-run rewrote a file whose claims did not change"
+    assert execute_notebooks.main(["--check", str(path)]) == 0
+
+    stale = nbformat.read(path, as_version=4)
+    stale.cells[1].outputs[0]["data"]["text/plain"] = "41"
+    nbformat.write(stale, path)
+    assert execute_notebooks.main(["--check", str(path)]) == 1
+    assert execute_notebooks.main([str(path)]) == 0
+    assert nbformat.read(path, as_version=4).cells[1].outputs[0]["data"]["text/plain"] == "42"

@@ -6,6 +6,11 @@ no timing metadata is recorded, widget model ids (random UUIDs in Jupyter) are
 renamed to ids derived from the notebook's name, and the interpreter's patch
 version is dropped from the notebook metadata.
 
+Cells marked ``# NBVAL_IGNORE_OUTPUT`` (timings, and figures drawn from them) give
+new outputs on every run. Their outputs are left out of the comparison: a file
+whose only differences are there is left as it is, so running twice still
+changes nothing. When anything else changes, the file is rewritten whole.
+
 ``--check`` executes without writing and exits 1 if any file would change: the
 test suite uses it to prove that the committed outputs are what ``make execute``
 produces.
@@ -27,6 +32,7 @@ WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
 CELL_TIMEOUT_SECONDS = 600
+VOLATILE_MARK = "NBVAL_IGNORE_OUTPUT"
 
 
 def _widget_ids(nb) -> list[str]:
@@ -53,6 +59,15 @@ def normalize(nb, name: str) -> str:
         text = re.sub(re.escape(model_id), stable, text)
     # Re-parse and re-serialise so the key order and layout are nbformat's own.
     return nbformat.writes(nbformat.reads(text, as_version=4), version=4) + "\n"
+
+
+def comparable(text: str) -> str:
+    """The notebook text with the outputs of volatile (NBVAL_IGNORE_OUTPUT) cells dropped."""
+    nb = nbformat.reads(text, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "code" and VOLATILE_MARK in cell.source:
+            cell.outputs = []
+    return nbformat.writes(nb, version=4)
 
 
 def execute(path: Path) -> str:
@@ -94,6 +109,8 @@ def main(argv: list[str] | None = None) -> int:
         current = path.read_text(encoding="utf-8")
         if fresh == current:
             print(f"unchanged  {path}")
+        elif comparable(fresh) == comparable(current):
+            print(f"unchanged  {path}  (only {VOLATILE_MARK} outputs differ; kept)")
         elif args.check:
             stale.append(path)
             print(f"WOULD CHANGE  {path}")
