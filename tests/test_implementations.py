@@ -87,3 +87,11 @@ def test_naive_loops_use_the_pair_index():
     # Column 3 is the cosine of pair 1: exponent 2/d, not 6/d.
     table = implementations.naive_loops(2, 8)
     assert table[1, 3] == math.cos(1 / 10000 ** (2 / 8))
+
+
+@pytest.mark.parametrize("builder", [implementations.vectorized, implementations.log_space])
+def test_a_base_too_large_for_the_dtype_is_refused(builder):
+    with pytest.raises(ValueError, match=r"base=100000\.0 .*float16"):
+        builder(4, 8, base=1e5, dtype=np.float16)
+    assert np.all(np.isfinite(builder(4, 8, base=1e5, dtype=np.float32)))
+    assert np.all(np.isfinite(sinusoidal(4, 8, base=1e5, dtype=np.float16)))

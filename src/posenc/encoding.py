@@ -78,12 +78,14 @@ def arrange(table: np.ndarray, layout: str) -> np.ndarray:
 def fill_from_angles(angles: np.ndarray, d_model: int, dtype: np.dtype) -> np.ndarray:
     """An interleaved table from the (length, pairs) angles: sin in even, cos in odd columns.
 
-    The sines and cosines are written straight into their columns (``out=``), so the
-    angles are the only temporary (chapter 4 measures the memory this saves).
+    The sines and cosines are computed into fresh contiguous arrays and then copied
+    into their columns, exactly as the chapters' code does. (Writing them straight into
+    the strided columns with ``out=`` saves one temporary, see chapter 4, but NumPy
+    may then take another code path, which on some processors rounds differently.)
     """
     table = np.empty((angles.shape[0], d_model), dtype=dtype)
-    np.sin(angles, out=table[:, 0::2])
-    np.cos(angles[:, : d_model // 2], out=table[:, 1::2])
+    table[:, 0::2] = np.sin(angles)
+    table[:, 1::2] = np.cos(angles[:, : d_model // 2])
     return table
 
 

@@ -8,6 +8,11 @@ formula; they differ in how, and in which dtype the arithmetic happens:
   with the frequencies in the power form ``1 / base**(2i/d)``; arithmetic in ``dtype``.
 - :func:`log_space` (chapter 5): the same, with the frequencies written
   ``exp(2i * -ln(base) / d)`` (the ``div_term`` of many code bases); arithmetic in ``dtype``.
+
+The two vectorized variants compute in ``dtype`` on purpose: chapter 5 measures what
+that costs. In float16, positions above 65504 overflow to infinity and their rows
+are NaN (NumPy warns). :func:`posenc.sinusoidal` computes in float64 and never does.
+A base too large for ``dtype`` is refused.
 """
 
 from __future__ import annotations
@@ -34,6 +39,15 @@ def naive_loops(
     return arrange(table, spec.layout)
 
 
+def _base_in_dtype(spec):
+    largest = float(np.finfo(spec.dtype).max)
+    if spec.base > largest:
+        raise ValueError(
+            f"base={spec.base!r} does not fit dtype {spec.dtype} (largest {largest:g})"
+        )
+    return spec.dtype.type(spec.base)
+
+
 def _broadcast(spec, frequencies: np.ndarray) -> np.ndarray:
     positions = spec.positions.astype(spec.dtype)  # each position rounded once to dtype
     angles = positions[:, None] * frequencies[None, :]
@@ -46,7 +60,7 @@ def vectorized(
     """Positions as a column times d_model/2 frequencies as a row, all in ``dtype``."""
     spec = table_spec(length, d_model, base=base, start=start, dtype=dtype, layout=layout)
     two_i = np.arange(0, spec.d_model, 2, dtype=spec.dtype)
-    frequencies = 1 / spec.dtype.type(spec.base) ** (two_i / spec.dtype.type(spec.d_model))
+    frequencies = 1 / _base_in_dtype(spec) ** (two_i / spec.dtype.type(spec.d_model))
     return _broadcast(spec, frequencies)
 
 
@@ -56,5 +70,5 @@ def log_space(
     """As :func:`vectorized`, with ``div_term = exp(2i * -ln(base) / d_model)``."""
     spec = table_spec(length, d_model, base=base, start=start, dtype=dtype, layout=layout)
     two_i = np.arange(0, spec.d_model, 2, dtype=spec.dtype)
-    div_term = np.exp(two_i * (-np.log(spec.dtype.type(spec.base)) / spec.d_model))
+    div_term = np.exp(two_i * (-np.log(_base_in_dtype(spec)) / spec.d_model))
     return _broadcast(spec, div_term)
