@@ -41,3 +41,21 @@ def test_exact_table_layouts(d_model):
     sines = (d_model + 1) // 2
     np.testing.assert_array_equal(concat[:, :sines], interleaved[:, 0::2])
     np.testing.assert_array_equal(concat[:, sines:], interleaved[:, 1::2])
+
+
+@pytest.mark.parametrize(
+    ("arguments", "error"),
+    [
+        ({"d_model": 0}, ValueError),
+        ({"d_model": 4.0}, TypeError),
+        ({"d_model": True}, TypeError),
+        ({"d_model": 4, "base": -1.0}, ValueError),
+        ({"d_model": 4, "base": float("nan")}, ValueError),
+        ({"d_model": 4, "base": "10000"}, TypeError),
+    ],
+)
+def test_exact_frequencies_refuses_bad_arguments(arguments, error):
+    with pytest.raises(error) as raised:
+        reference.exact_frequencies(**arguments)
+    name = "base" if "base" in arguments else "d_model"
+    assert name in str(raised.value) and repr(arguments[name]) in str(raised.value)

@@ -68,14 +68,14 @@ def layout_permutation(d_model) -> np.ndarray:
     return np.concatenate([np.arange(0, d_model, 2), np.arange(1, d_model, 2)])
 
 
-def arrange(table: np.ndarray, layout: str) -> np.ndarray:
+def _arrange(table: np.ndarray, layout: str) -> np.ndarray:
     """Return an interleaved ``table`` in ``layout`` (a copy only when reordering)."""
     if layout == "interleaved":
         return table
     return table[:, layout_permutation(table.shape[1])]
 
 
-def fill_from_angles(angles: np.ndarray, d_model: int, dtype: np.dtype) -> np.ndarray:
+def _fill_from_angles(angles: np.ndarray, d_model: int, dtype: np.dtype) -> np.ndarray:
     """An interleaved table from the (length, pairs) angles: sin in even, cos in odd columns.
 
     The sines and cosines are computed into fresh contiguous arrays and then copied
@@ -112,5 +112,5 @@ def sinusoidal(
     spec = table_spec(length, d_model, base=base, start=start, dtype=dtype, layout=layout)
     frequencies = spec.base**-spec.pair_exponents
     angles = spec.positions[:, None] * frequencies[None, :]
-    table = fill_from_angles(angles, spec.d_model, np.dtype(np.float64))
-    return arrange(table, spec.layout).astype(spec.dtype, copy=False)
+    table = _fill_from_angles(angles, spec.d_model, np.dtype(np.float64))
+    return _arrange(table, spec.layout).astype(spec.dtype, copy=False)

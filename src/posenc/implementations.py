@@ -21,7 +21,7 @@ import math
 
 import numpy as np
 
-from posenc.encoding import arrange, fill_from_angles, table_spec
+from posenc.encoding import _arrange, _fill_from_angles, table_spec
 
 
 def naive_loops(
@@ -36,7 +36,7 @@ def naive_loops(
             i = column // 2  # the pair index, not the column index
             angle = pos / spec.base ** (2 * i / spec.d_model)
             table[row, column] = math.sin(angle) if column % 2 == 0 else math.cos(angle)
-    return arrange(table, spec.layout)
+    return _arrange(table, spec.layout)
 
 
 def _base_in_dtype(spec):
@@ -51,7 +51,7 @@ def _base_in_dtype(spec):
 def _broadcast(spec, frequencies: np.ndarray) -> np.ndarray:
     positions = spec.positions.astype(spec.dtype)  # each position rounded once to dtype
     angles = positions[:, None] * frequencies[None, :]
-    return arrange(fill_from_angles(angles, spec.d_model, spec.dtype), spec.layout)
+    return _arrange(_fill_from_angles(angles, spec.d_model, spec.dtype), spec.layout)
 
 
 def vectorized(

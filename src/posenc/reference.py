@@ -10,7 +10,7 @@ from __future__ import annotations
 import mpmath
 import numpy as np
 
-from posenc.encoding import arrange, table_spec
+from posenc.encoding import _arrange, table_spec
 
 DIGITS = 40
 
@@ -38,7 +38,7 @@ def exact_sinusoidal(length, d_model, *, base=10000.0, start=0, layout="interlea
     """The sinusoidal table with every entry exact, then rounded to float64.
 
     Same arguments as :func:`posenc.sinusoidal` (no ``dtype``: the result is float64).
-    Costs about ten microseconds an entry: keep tables small.
+    Costs some ten to twenty microseconds an entry: keep tables small.
     """
     spec = table_spec(length, d_model, base=base, start=start, dtype=np.float64, layout=layout)
     mp = _context()
@@ -54,4 +54,4 @@ def exact_sinusoidal(length, d_model, *, base=10000.0, start=0, layout="interlea
             table[row, 2 * i] = float(mp.sin(angle))
             if 2 * i + 1 < spec.d_model:
                 table[row, 2 * i + 1] = float(mp.cos(angle))
-    return arrange(table, spec.layout)
+    return _arrange(table, spec.layout)
