@@ -9,10 +9,12 @@ the benchmarks import these functions instead of re-typing them.
 - :mod:`posenc.implementations` — the chapters' variants: naive loops, vectorized,
   log-space ``div_term`` (chapters 3-5).
 - :mod:`posenc.reference` — exact values from mpmath, the yardstick for all of them.
+- :mod:`posenc.properties` — wavelengths, the rotation ``M_k`` and the offset dot
+  product of the sinusoidal table (chapter 6).
 """
 
-from posenc import attention, implementations
+from posenc import attention, implementations, properties
 from posenc.encoding import layout_permutation, sinusoidal
 
-__all__ = ["attention", "implementations", "layout_permutation", "sinusoidal"]
+__all__ = ["attention", "implementations", "layout_permutation", "properties", "sinusoidal"]
 __version__ = "0.1.0"

@@ -44,8 +44,8 @@ def broadcasts_into(small: tuple[int, ...], large: tuple[int, ...]) -> bool:
     return True
 
 
-def integer(name: str, value, *, minimum: int) -> int:
-    """Return ``value`` as a Python int no smaller than ``minimum``, or raise.
+def integer(name: str, value, *, minimum: int, maximum: int | None = None) -> int:
+    """Return ``value`` as a Python int in ``[minimum, maximum]``, or raise.
 
     Python and NumPy integers are accepted; ``bool`` is refused even though it is
     an ``int`` subclass, and so are floats, even integral ones such as ``4.0``.
@@ -55,7 +55,26 @@ def integer(name: str, value, *, minimum: int) -> int:
     value = int(value)
     if value < minimum:
         raise ValueError(f"{name} must be at least {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{name} must be at most {maximum}, got {value}")
     return value
+
+
+def integer_array(name: str, value, *, bound: int) -> np.ndarray:
+    """Return ``value`` (an int or array-like of ints) as an int64 array, or raise.
+
+    Every entry must lie in ``[-bound, bound]``. Booleans and floats are refused, as
+    for :func:`integer`.
+    """
+    try:
+        array = np.asarray(value)
+    except (TypeError, ValueError) as error:
+        raise TypeError(f"{name} must be integers, got {value!r}") from error
+    if array.dtype.kind not in "iu":
+        raise TypeError(f"{name} must be integers, got {value!r} (dtype {array.dtype})")
+    if array.size and (array.min() < -bound or array.max() > bound):
+        raise ValueError(f"{name} must lie in [-{bound}, {bound}], got {value!r}")
+    return array.astype(np.int64)
 
 
 def positive_finite(name: str, value) -> float:

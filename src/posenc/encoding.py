@@ -40,6 +40,11 @@ class TableSpec(NamedTuple):
         """``2i / d_model`` for each sin/cos pair i (ceil(d_model / 2) of them)."""
         return np.arange(0, self.d_model, 2, dtype=np.float64) / self.d_model
 
+    @property
+    def frequencies(self) -> np.ndarray:
+        """``base**(-2i/d_model)`` for each pair i, computed in float64."""
+        return self.base**-self.pair_exponents
+
 
 def table_spec(length, d_model, *, base, start, dtype, layout) -> TableSpec:
     """Check the arguments of a table-building function; raise at the first bad one."""
@@ -55,6 +60,16 @@ def table_spec(length, d_model, *, base, start, dtype, layout) -> TableSpec:
             f"got start={start}, length={length}"
         )
     return TableSpec(length, d_model, base, start, dtype, layout)
+
+
+def frequencies(d_model, *, base=10000.0) -> np.ndarray:
+    """The angular frequency ``base**(-2i/d_model)`` of each sin/cos pair i, in float64.
+
+    Pair i turns by this many radians per position; ``sinusoidal`` uses exactly these
+    values. There are ``ceil(d_model / 2)`` of them, from 1 down towards ``1 / base``.
+    """
+    spec = table_spec(1, d_model, base=base, start=0, dtype=np.float64, layout="interleaved")
+    return spec.frequencies
 
 
 def layout_permutation(d_model) -> np.ndarray:
@@ -110,7 +125,6 @@ def sinusoidal(
     allows, at any position up to 2**53.
     """
     spec = table_spec(length, d_model, base=base, start=start, dtype=dtype, layout=layout)
-    frequencies = spec.base**-spec.pair_exponents
-    angles = spec.positions[:, None] * frequencies[None, :]
+    angles = spec.positions[:, None] * spec.frequencies[None, :]
     table = _fill_from_angles(angles, spec.d_model, np.dtype(np.float64))
     return _arrange(table, spec.layout).astype(spec.dtype, copy=False)
