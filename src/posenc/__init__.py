@@ -11,6 +11,8 @@ the benchmarks import these functions instead of re-typing them.
 - :mod:`posenc.reference` — exact values from mpmath, the yardstick for all of them.
 - :mod:`posenc.properties` — wavelengths, the rotation ``M_k`` and the offset dot
   product of the sinusoidal table (chapter 6).
+- :mod:`posenc.explorer` — chapter 6's interactive figure, live (ipywidgets) and
+  static (HTML sliders). Import it by name: it needs matplotlib and ipywidgets.
 """
 
 from posenc import attention, implementations, properties
