@@ -43,6 +43,7 @@ def test_moving_d_model_redraws_the_heatmap():
     assert _heatmap(e).shape == (128, 32) != before_heatmap.shape
     assert np.array_equal(_heatmap(e), sinusoidal(128, 32))
     assert "d_model = 32" in e.readout.value
+    assert e.description == explorer.describe(e.data)
 
 
 def test_moving_base_redraws_the_similarity_curve():
@@ -66,7 +67,7 @@ def test_moving_length_and_dtype():
     e.controls["dtype"].value = "float16"
     assert e.data.table.dtype == np.float16
     assert np.array_equal(_heatmap(e), sinusoidal(512, 64, dtype=np.float16))
-    assert 0 < e.data.rounding_error <= 2**-11  # half a float16 ulp at magnitude < 1
+    assert 0 < e.data.rounding_error <= 2**-12  # half a float16 step below 1
     assert "rounding to float16 moved entries by at most" in e.readout.value
 
 
@@ -179,6 +180,12 @@ def test_static_explorer_hides_its_controls_until_the_script_runs(static):
         for name in ("src", "href"):
             assert attrs.get(name, "data:").startswith("data:"), (tag, attrs[name][:80])
     assert not re.search(r"https?:|//[a-z]", code)
+
+
+def test_static_explorer_repr_is_short(static):
+    assert repr(static) == (
+        "StaticExplorer(d_models=(8, 16, 64), bases=(100.0, 10000.0), length=32, 6 pictures)"
+    )
 
 
 def test_static_explorer_is_deterministic(static):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -118,3 +119,61 @@ def test_the_book_builds_strictly_with_no_network(tmp_path):
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     for page in toc_pages():
         assert (tmp_path / "_build" / "html" / page).exists(), page
+
+
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+CHAPTER_SIX = "notebooks/06_properties.html"
+
+
+@pytest.mark.parametrize("page", toc_pages())
+def test_no_page_shows_a_widget_that_needs_a_kernel(page):
+    """An ipywidget on a static page cannot reach Python: moving it would do nothing.
+
+    Live widgets belong in cells whose output the site leaves out (tag
+    ``remove-output``); the page shows a kernel-free version instead. The widget
+    manager's scripts are not loaded either (``nb_ipywidgets_js`` is empty).
+    """
+    text = (HTML / page).read_text(encoding="utf-8")
+    assert WIDGET_VIEW not in text, f"{page} shows an ipywidget that needs a kernel"
+    assert "embed-amd" not in text and "require.min.js" not in text, page
+
+
+class Explorers(HTMLParser):
+    """Finds the static explorers on a page: their sliders and their pictures."""
+
+    def __init__(self):
+        super().__init__()
+        self.roots: list[str] = []
+        self.sliders: list[dict] = []
+        self.controls: list[dict] = []
+        self._json = False
+        self.frames: list[dict] = []
+
+    def handle_starttag(self, tag, attrs):
+        attributes = dict(attrs)
+        classes = (attributes.get("class") or "").split()
+        if "posenc-explorer" in classes:
+            self.roots.append(attributes["id"])
+        if "posenc-controls" in classes:
+            self.controls.append(attributes)
+        if tag == "input" and attributes.get("type") == "range":
+            self.sliders.append(attributes)
+        self._json = tag == "script" and attributes.get("type") == "application/json"
+
+    def handle_data(self, data):
+        if self._json:
+            self.frames.append(json.loads(data))
+            self._json = False
+
+
+def test_chapter_six_offers_the_static_explorer():
+    explorers = Explorers()
+    explorers.feed((HTML / CHAPTER_SIX).read_text(encoding="utf-8"))
+    assert len(explorers.roots) == 1, "chapter 6 should show one static explorer"
+    assert [s["id"].rsplit("-", 1)[1] for s in explorers.sliders] == ["d_model", "base"]
+    assert all("hidden" in c for c in explorers.controls), "controls must wait for the script"
+    (frames,) = explorers.frames
+    sizes = [int(s["max"]) + 1 for s in explorers.sliders]
+    assert len(frames) == sizes[0] * sizes[1] == 16
+    # The live explorer's code is on the page (for readers who launch a kernel).
+    assert "Explorer(d_model=64" in "".join(read_page(CHAPTER_SIX).text)

@@ -231,7 +231,12 @@ class Explorer:
         self.data = frame(**self.values())
         draw(self.figure, self.data)
         self.image.value = png(self.figure)
-        self.readout.value = f"<p>{html.escape(describe(self.data))}</p>"
+        self.readout.value = f"<p>{html.escape(self.description)}</p>"
+
+    @property
+    def description(self) -> str:
+        """The line of numbers under the figure, as plain text."""
+        return describe(self.data)
 
     def __repr__(self) -> str:
         arguments = ", ".join(f"{name}={value!r}" for name, value in self.values().items())
@@ -259,6 +264,12 @@ class StaticExplorer(NamedTuple):
 
     def _frames_json(self) -> dict[str, dict[str, str]]:
         return {f"{i},{j}": value for (i, j), value in sorted(self.frames.items())}
+
+    def __repr__(self) -> str:
+        return (
+            f"StaticExplorer(d_models={self.d_models}, bases={self.bases}, "
+            f"length={self.length}, {len(self.frames)} pictures)"
+        )
 
     def _repr_html_(self) -> str:
         return static_html(self)
