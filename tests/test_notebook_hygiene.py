@@ -119,6 +119,17 @@ def _version(nb):
     nb.metadata["language_info"]["version"] = "3.11.7"
 
 
+def _widget(tags, stored):
+    def edit(nb):
+        view = {notebook_checks.WIDGET_VIEW: {"model_id": "m1", "version_major": 2}}
+        nb.cells[1].outputs = [new_output("display_data", view)]
+        nb.cells[1].metadata["tags"] = tags
+        state = {"m1": {"model_name": "IntSliderModel", "state": {}}} if stored else {}
+        nb.metadata["widgets"] = {notebook_checks.WIDGET_STATE: {"state": state}}
+
+    return edit
+
+
 @pytest.mark.parametrize(
     ("edit", "expected"),
     [
@@ -135,12 +146,18 @@ def _version(nb):
         (_no_title, "# Title"),
         (_long_cell, "longer than"),
         (_version, "machine-specific"),
+        (_widget(["remove-output"], stored=False), "widget state not stored"),
+        (_widget([], stored=True), "without the remove-output tag"),
     ],
     ids=lambda v: getattr(v, "__name__", None) if callable(v) else None,
 )
 def test_each_rule_catches_its_defect(edit, expected):
     found = broken(edit)
     assert any(expected in finding for finding in found), found
+
+
+def test_a_stored_widget_left_off_the_site_passes():
+    assert broken(_widget(["remove-output"], stored=True)) == []
 
 
 def test_raises_exception_tag_allows_a_stored_error():

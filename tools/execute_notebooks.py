@@ -28,8 +28,8 @@ from pathlib import Path
 import nbformat
 from nbclient import NotebookClient
 
-WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
-WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+from tools.notebook_checks import WIDGET_STATE, WIDGET_VIEW
+
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
 CELL_TIMEOUT_SECONDS = 600
 VOLATILE_MARK = "NBVAL_IGNORE_OUTPUT"

@@ -14,6 +14,9 @@ MEMORY_ADDRESS = re.compile(r"\b0x[0-9a-fA-F]{6,}\b")
 TIMESTAMP = re.compile(r"\b\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2})?")
 IGNORE_OUTPUT = "NBVAL_IGNORE_OUTPUT"
 RAISES = "raises-exception"
+REMOVE_OUTPUT = "remove-output"
+WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
 
 def _code_cells(nb):
@@ -109,6 +112,28 @@ def check_figures(nb) -> list[str]:
     return findings
 
 
+def check_widgets(nb) -> list[str]:
+    """A displayed ipywidget has its state stored and is left off the static site.
+
+    Jupyter and Binder rebuild the widget from the state in the notebook's metadata.
+    The site has no kernel, so a widget there would be a control that does nothing:
+    its cell must carry ``remove-output`` (and the page offer a kernel-free version).
+    """
+    findings = []
+    stored = nb.metadata.get("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
+    for index, cell in _code_cells(nb):
+        views = [o["data"][WIDGET_VIEW] for o in cell.outputs if WIDGET_VIEW in o.get("data", {})]
+        for view in views:
+            if view.get("model_id") not in stored:
+                findings.append(f"cell {index}: widget state not stored (make execute stores it)")
+        if views and REMOVE_OUTPUT not in cell.metadata.get("tags", []):
+            findings.append(
+                f"cell {index}: shows a live widget without the {REMOVE_OUTPUT} tag "
+                "(on the static site it would do nothing)"
+            )
+    return findings
+
+
 def check_structure(nb) -> list[str]:
     findings = []
     if not nb.cells or nb.cells[0].cell_type != "markdown":
@@ -136,6 +161,7 @@ ALL_CHECKS = (
     check_volatile_outputs,
     check_claims_are_compared,
     check_figures,
+    check_widgets,
 )
 
 
