@@ -32,7 +32,7 @@ from PIL import Image
 
 from posenc import _validation
 from posenc.encoding import sinusoidal
-from posenc.properties import offset_dot_product
+from posenc.properties import offset_dot_product, wavelengths
 
 DTYPES = ("float64", "float32", "float16")
 D_MODEL_RANGE = (2, 256)
@@ -63,7 +63,7 @@ class Frame(NamedTuple):
 
     @property
     def longest_wavelength(self) -> float:
-        return 2 * math.pi * self.base ** ((self.d_model - 2) / self.d_model)
+        return float(wavelengths(self.d_model, base=self.base)[-1])
 
 
 def _check(d_model, length, base, dtype) -> tuple[int, int, float, np.dtype]:
