@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from html.parser import HTMLParser
 from pathlib import Path
 
 import yaml
@@ -20,6 +21,35 @@ def toc_entries() -> list[str]:
     """The files _toc.yml lists (without suffix), root first, in reading order."""
     toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
     return [toc["root"]] + [c["file"] for part in toc.get("parts", []) for c in part["chapters"]]
+
+
+class Elements(HTMLParser):
+    """Collects an HTML text's start tags (name, attributes) and its <script> elements."""
+
+    def __init__(self, text: str = ""):
+        super().__init__()
+        self.tags: list[tuple[str, dict]] = []
+        self.scripts: list[tuple[dict, str]] = []
+        self._script: tuple[dict, list[str]] | None = None
+        self.feed(text)
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+        if tag == "script":
+            self._script = (dict(attrs), [])
+
+    def handle_data(self, data):
+        if self._script is not None:
+            self._script[1].append(data)
+
+    def handle_endtag(self, tag):
+        if tag == "script" and self._script is not None:
+            self.scripts.append((self._script[0], "".join(self._script[1])))
+            self._script = None
+
+    def with_class(self, name: str) -> list[dict]:
+        """The attributes of every element that has the class ``name``."""
+        return [a for _, a in self.tags if name in (a.get("class") or "").split()]
 
 
 # Property-based tests explore the same examples on every run, so a CI result

@@ -5,11 +5,11 @@ from __future__ import annotations
 import base64
 import json
 import re
-from html.parser import HTMLParser
 
 import numpy as np
 import pytest
 
+from conftest import Elements
 from posenc import explorer
 from posenc.encoding import sinusoidal
 from posenc.properties import offset_dot_product
@@ -118,38 +118,13 @@ def test_bad_arguments_are_refused(kwargs, error, match):
         explorer.frame(**kwargs)
 
 
-class _Elements(HTMLParser):
-    """Collects start tags and the text of <script> elements."""
-
-    def __init__(self):
-        super().__init__()
-        self.tags: list[tuple[str, dict]] = []
-        self.scripts: list[tuple[dict, str]] = []
-        self._script = None
-
-    def handle_starttag(self, tag, attrs):
-        self.tags.append((tag, dict(attrs)))
-        if tag == "script":
-            self._script = (dict(attrs), [])
-
-    def handle_data(self, data):
-        if self._script is not None:
-            self._script[1].append(data)
-
-    def handle_endtag(self, tag):
-        if tag == "script" and self._script is not None:
-            self.scripts.append((self._script[0], "".join(self._script[1])))
-            self._script = None
-
-
 @pytest.fixture(scope="module")
 def static():
     return explorer.static_explorer(d_models=(8, 16, 64), bases=(100, 10000), length=32)
 
 
 def test_static_explorer_has_a_picture_for_every_slider_position(static):
-    page = _Elements()
-    page.feed(static._repr_html_())
+    page = Elements(static._repr_html_())
     sliders = [attrs for tag, attrs in page.tags if tag == "input"]
     assert [s["type"] for s in sliders] == ["range", "range"]
     sizes = [int(s["max"]) + 1 for s in sliders]
@@ -166,9 +141,8 @@ def test_static_explorer_has_a_picture_for_every_slider_position(static):
 
 
 def test_static_explorer_hides_its_controls_until_the_script_runs(static):
-    page = _Elements()
-    page.feed(static._repr_html_())
-    (controls,) = [a for tag, a in page.tags if "posenc-controls" in a.get("class", "")]
+    page = Elements(static._repr_html_())
+    (controls,) = page.with_class("posenc-controls")
     assert "hidden" in controls, "without JavaScript the sliders would do nothing"
     (code,) = [text for attrs, text in page.scripts if not attrs]
     assert ".hidden = false" in code

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, toc_entries
+from conftest import ROOT, Elements, toc_entries
 
 HTML = ROOT / "_build" / "html"
 
@@ -138,42 +138,17 @@ def test_no_page_shows_a_widget_that_needs_a_kernel(page):
     assert "embed-amd" not in text and "require.min.js" not in text, page
 
 
-class Explorers(HTMLParser):
-    """Finds the static explorers on a page: their sliders and their pictures."""
-
-    def __init__(self):
-        super().__init__()
-        self.roots: list[str] = []
-        self.sliders: list[dict] = []
-        self.controls: list[dict] = []
-        self._json = False
-        self.frames: list[dict] = []
-
-    def handle_starttag(self, tag, attrs):
-        attributes = dict(attrs)
-        classes = (attributes.get("class") or "").split()
-        if "posenc-explorer" in classes:
-            self.roots.append(attributes["id"])
-        if "posenc-controls" in classes:
-            self.controls.append(attributes)
-        if tag == "input" and attributes.get("type") == "range":
-            self.sliders.append(attributes)
-        self._json = tag == "script" and attributes.get("type") == "application/json"
-
-    def handle_data(self, data):
-        if self._json:
-            self.frames.append(json.loads(data))
-            self._json = False
-
-
 def test_chapter_six_offers_the_static_explorer():
-    explorers = Explorers()
-    explorers.feed((HTML / CHAPTER_SIX).read_text(encoding="utf-8"))
-    assert len(explorers.roots) == 1, "chapter 6 should show one static explorer"
-    assert [s["id"].rsplit("-", 1)[1] for s in explorers.sliders] == ["d_model", "base"]
-    assert all("hidden" in c for c in explorers.controls), "controls must wait for the script"
-    (frames,) = explorers.frames
-    sizes = [int(s["max"]) + 1 for s in explorers.sliders]
+    page = Elements((HTML / CHAPTER_SIX).read_text(encoding="utf-8"))
+    assert len(page.with_class("posenc-explorer")) == 1, "chapter 6 should show one explorer"
+    sliders = [a for tag, a in page.tags if tag == "input" and a.get("type") == "range"]
+    assert [s["id"].rsplit("-", 1)[1] for s in sliders] == ["d_model", "base"]
+    controls = page.with_class("posenc-controls")
+    assert controls and all("hidden" in c for c in controls), "controls must wait for the script"
+    (frames,) = [
+        json.loads(text) for a, text in page.scripts if a.get("type") == "application/json"
+    ]
+    sizes = [int(s["max"]) + 1 for s in sliders]
     assert len(frames) == sizes[0] * sizes[1] == 16
     # The live explorer's code is on the page (for readers who launch a kernel).
     assert "Explorer(d_model=64" in "".join(read_page(CHAPTER_SIX).text)
