@@ -30,9 +30,24 @@ def read_lock(path=ROOT / "requirements.txt") -> dict[str, str]:
     return pins
 
 
-def top_level_requirements() -> list[Requirement]:
-    lines = (ROOT / "requirements.in").read_text(encoding="utf-8").splitlines()
+def requirement_lines(path) -> list[Requirement]:
+    lines = path.read_text(encoding="utf-8").splitlines()
     return [Requirement(line) for line in lines if line.strip() and not line.startswith("#")]
+
+
+def top_level_requirements() -> list[Requirement]:
+    return requirement_lines(ROOT / "requirements.in")
+
+
+def torch_pin() -> Requirement:
+    """The one line of requirements-torch.txt: torch==VERSION, nothing looser."""
+    (requirement,) = requirement_lines(ROOT / "requirements-torch.txt")
+    assert canonicalize_name(requirement.name) == "torch"
+    (specifier,) = requirement.specifier
+    assert specifier.operator == "==" and "+" not in specifier.version, (
+        f"{requirement}: pin torch to one public version; the CPU wheel adds '+cpu' itself"
+    )
+    return requirement
 
 
 @pytest.fixture(scope="module")
@@ -55,9 +70,9 @@ def test_jupyter_book_is_the_sphinx_based_1x_line(lock):
 
 
 def test_lock_is_closed_under_dependencies(lock):
-    """Every dependency of a locked package (for this platform) is locked too."""
+    """Every dependency of a locked package, or of torch (for this platform), is locked too."""
     environment = default_environment()
-    for name in lock:
+    for name in [*lock, "torch"]:
         for spec in metadata.requires(name) or []:
             requirement = Requirement(spec)
             if requirement.marker and not requirement.marker.evaluate({**environment, "extra": ""}):
@@ -73,6 +88,16 @@ def test_the_running_environment_is_the_lock(lock):
         assert installed == version, f"{name} {installed} is installed, the lock says {version}"
 
 
+def test_torch_is_the_pinned_cpu_build_and_stays_out_of_the_lock(lock):
+    requirement = torch_pin()
+    assert "torch" not in lock, "torch belongs in requirements-torch.txt, not in the lock"
+    installed = metadata.version("torch")
+    assert requirement.specifier.contains(installed), f"torch {installed} is not {requirement}"
+    assert installed.endswith("+cpu"), f"torch {installed} is not the CPU build"
+    cuda = [d for d in metadata.distributions() if d.metadata["Name"].startswith("nvidia-")]
+    assert not cuda, f"CUDA packages are installed: {[d.metadata['Name'] for d in cuda]}"
+
+
 def test_environment_yml_uses_the_same_lock(lock):
     env = yaml.safe_load((ROOT / "environment.yml").read_text(encoding="utf-8"))
     assert env["channels"] == ["conda-forge"]
@@ -80,10 +105,12 @@ def test_environment_yml_uses_the_same_lock(lock):
     pip_sections = [d["pip"] for d in env["dependencies"] if isinstance(d, dict)]
     assert "python=3.11" in conda_packages
     assert "pip" in conda_packages
+    (version,) = (s.version for s in torch_pin().specifier)
+    assert f"pytorch-cpu={version}" in conda_packages, "Binder's PyTorch must be the same version"
     assert pip_sections == [["-r requirements.txt", "-e ."]]
     for package in conda_packages:
         name = canonicalize_name(re.split(r"[=<>! ]", package)[0])
-        assert name in {"python", "pip"} or name not in lock, (
+        assert name in {"python", "pip", "pytorch-cpu"} or name not in lock, (
             f"{name} is pinned both by conda and by the pip lock: they can drift"
         )
 
@@ -91,6 +118,7 @@ def test_environment_yml_uses_the_same_lock(lock):
 def test_makefile_installs_the_lock_and_ci_runs_make_test():
     makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
     assert "pip install --quiet --disable-pip-version-check -r requirements.txt" in makefile
+    assert "-r requirements-torch.txt" in makefile
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     commands = [
         line.strip()

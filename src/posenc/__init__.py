@@ -13,10 +13,21 @@ the benchmarks import these functions instead of re-typing them.
   product of the sinusoidal table (chapter 6).
 - :mod:`posenc.explorer` — chapter 6's interactive figure, live (ipywidgets) and
   static (HTML sliders). Import it by name: it needs matplotlib and ipywidgets.
+- :mod:`posenc.block` — a Transformer encoder block in NumPy and the encoding added to
+  its input, on the right axis (chapter 7).
+- :mod:`posenc.torch` — the sinusoidal and learned encodings as PyTorch modules and a
+  small encoder that uses them (chapter 7). Import it by name: it needs PyTorch.
 """
 
-from posenc import attention, implementations, properties
+from posenc import attention, block, implementations, properties
 from posenc.encoding import layout_permutation, sinusoidal
 
-__all__ = ["attention", "implementations", "layout_permutation", "properties", "sinusoidal"]
+__all__ = [
+    "attention",
+    "block",
+    "implementations",
+    "layout_permutation",
+    "properties",
+    "sinusoidal",
+]
 __version__ = "0.1.0"

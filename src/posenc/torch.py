@@ -1,0 +1,277 @@
+"""Positional encodings as PyTorch modules, and a small encoder that uses them (chapter 7).
+
+Import it by name (``import posenc.torch``): it needs PyTorch, which ``import posenc``
+and chapters 1-6 do not.
+
+- :class:`SinusoidalPositionalEncoding` adds ``posenc.sinusoidal`` to its input. The
+  table is a buffer (it moves with ``.to(device)``, it is not trained) and it is
+  *not persistent*: it stays out of ``state_dict()``, because it is a function of
+  ``d_model`` and ``base`` and carries no information a checkpoint needs. A checkpoint
+  that does contain a table under ``pe`` (as the PyTorch tutorial's module writes one)
+  still loads, after that table has been checked against the formula.
+- :class:`LearnedPositionalEncoding` adds a trainable ``(max_len, d_model)`` table.
+- :class:`TransformerWithPositionalEncoding`: token embedding (times sqrt(d_model)),
+  one of the encodings above or none, then a stack of ``nn.TransformerEncoderLayer``.
+
+Inputs are ``(batch, length, d_model)`` when ``batch_first`` (the default) and
+``(length, batch, d_model)`` otherwise; any other rank, or a last axis that is not
+``d_model``, raises ``ValueError`` naming both shapes.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from torch import nn
+
+from posenc._validation import choice, integer, positive_finite
+from posenc.encoding import sinusoidal
+
+__all__ = [
+    "ENCODINGS",
+    "LearnedPositionalEncoding",
+    "SinusoidalPositionalEncoding",
+    "TransformerWithPositionalEncoding",
+]
+
+ENCODINGS = ("sinusoidal", "learned", "none")
+
+# A stored table may differ from the formula by the rounding of its dtype and by the
+# float32 angle arithmetic of common constructions (about 1e-4 at position 5,000). Wrong
+# layouts, bases or swapped sin/cos differ by order 1.
+STORED_TABLE_TOLERANCE = 1e-3
+
+
+def _probability(name: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{name} must be a probability, got {value!r} ({type(value).__name__})")
+    if not 0.0 <= value < 1.0:
+        raise ValueError(f"{name} must lie in [0, 1), got {value!r}")
+    return float(value)
+
+
+def _flag(name: str, value) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, got {value!r}")
+    return value
+
+
+class _AddedPositionalEncoding(nn.Module):
+    """Shared by both encodings: check the input, add the table's first rows, dropout."""
+
+    def __init__(self, d_model, max_len, dropout, batch_first):
+        super().__init__()
+        self.d_model = integer("d_model", d_model, minimum=1)
+        self.max_len = integer("max_len", max_len, minimum=1)
+        self.batch_first = _flag("batch_first", batch_first)
+        self.dropout = nn.Dropout(_probability("dropout", dropout))
+
+    def _layout(self) -> str:
+        return "(batch, length, d_model)" if self.batch_first else "(length, batch, d_model)"
+
+    def _length(self, x: torch.Tensor) -> int:
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+        if not torch.is_floating_point(x):
+            raise TypeError(f"x must be a floating-point tensor, got dtype {x.dtype}")
+        if x.dim() != 3 or x.shape[-1] != self.d_model:
+            raise ValueError(
+                f"x must have shape {self._layout()} with d_model = {self.d_model} "
+                f"(batch_first={self.batch_first}), got {tuple(x.shape)}"
+            )
+        return x.shape[1] if self.batch_first else x.shape[0]
+
+    def rows(self, length: int) -> torch.Tensor:
+        """The ``(length, d_model)`` rows added to a sequence of that length."""
+        raise NotImplementedError
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        table = self.rows(self._length(x)).to(x.dtype)
+        table = table.unsqueeze(0) if self.batch_first else table.unsqueeze(1)
+        return self.dropout(x + table)
+
+    def extra_repr(self) -> str:
+        return f"d_model={self.d_model}, max_len={self.max_len}, batch_first={self.batch_first}"
+
+
+class SinusoidalPositionalEncoding(_AddedPositionalEncoding):
+    """``x + PE`` with the sinusoidal table of Vaswani et al. (2017), then dropout.
+
+    Parameters
+    ----------
+    d_model, max_len : the table has ``max_len`` rows of ``d_model`` columns, built once
+        by :func:`posenc.sinusoidal` in float64 and rounded to ``dtype`` (default: torch's
+        default dtype), so in float32 it equals ``posenc.sinusoidal(..., dtype=float32)``.
+    dropout : probability, applied after the sum (section 5.4 of the paper).
+    batch_first : input layout, ``(batch, length, d_model)`` or ``(length, batch, d_model)``.
+    base : the wavelength base, keyword-only.
+    extend : what a sequence longer than ``max_len`` gets. True (default): the table is
+        rebuilt, exactly, long enough for it (the formula has a row for every position).
+        False: ``ValueError`` naming ``max_len``.
+    """
+
+    def __init__(
+        self,
+        d_model,
+        max_len=5000,
+        dropout=0.0,
+        batch_first=True,
+        *,
+        base=10000.0,
+        extend=True,
+        device=None,
+        dtype=None,
+    ):
+        super().__init__(d_model, max_len, dropout, batch_first)
+        self.base = positive_finite("base", base)
+        self.extend = _flag("extend", extend)
+        dtype = torch.get_default_dtype() if dtype is None else dtype
+        if not dtype.is_floating_point:
+            raise TypeError(f"dtype must be a floating-point torch dtype, got {dtype}")
+        self.register_buffer("pe", self._build(self.max_len, dtype, device), persistent=False)
+
+    def _build(self, length: int, dtype: torch.dtype, device) -> torch.Tensor:
+        table = sinusoidal(length, self.d_model, base=self.base)  # float64, exact
+        return torch.from_numpy(table).to(device=device, dtype=dtype)
+
+    def rows(self, length: int) -> torch.Tensor:
+        if length > self.pe.shape[0]:
+            if not self.extend:
+                raise ValueError(
+                    f"sequence length {length} exceeds max_len={self.max_len} "
+                    "(built with extend=False)"
+                )
+            # Rebuild from float64, never from the stored rows: the new table is exact.
+            self.pe = self._build(max(length, 2 * self.pe.shape[0]), self.pe.dtype, self.pe.device)
+        return self.pe[:length]
+
+    def _load_from_state_dict(
+        self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+    ):
+        # A checkpoint written by a module that persisted its table (the PyTorch
+        # tutorial's does) has a "pe" entry. It is checked against the formula, never
+        # copied: a wrong table in a checkpoint would otherwise silently replace it.
+        key = prefix + "pe"
+        if key in state_dict:
+            stored = state_dict.pop(key)
+            problem = self._stored_table_problem(stored)
+            if problem:
+                error_msgs.append(f"{key}: {problem}")
+        super()._load_from_state_dict(
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+        )
+
+    def _stored_table_problem(self, stored: torch.Tensor) -> str | None:
+        # Tables saved by sequence-first code are (max_len, 1, d_model).
+        table = stored.detach().to("cpu", torch.float64).reshape(stored.shape[0], -1).numpy()
+        if table.shape[1] != self.d_model:
+            return (
+                f"the stored table has shape {tuple(stored.shape)}, "
+                f"not (length, {self.d_model}) for d_model={self.d_model}"
+            )
+        expected = sinusoidal(table.shape[0], self.d_model, base=self.base)
+        deviation = float(np.max(np.abs(table - expected), initial=0.0))
+        if not deviation <= STORED_TABLE_TOLERANCE:
+            return (
+                f"the stored table differs from the sinusoidal formula (base={self.base:g}) "
+                f"by up to {deviation:.3g} (tolerance {STORED_TABLE_TOLERANCE:g})"
+            )
+        return None
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, base={self.base:g}, extend={self.extend}"
+
+
+class LearnedPositionalEncoding(_AddedPositionalEncoding):
+    """``x + P[:length]`` with a trainable table ``P`` of ``max_len * d_model`` numbers.
+
+    ``P`` starts as N(0, ``init_std``²) (0.02, as BERT and GPT-2 initialise theirs). It
+    has no row for position ``max_len`` or beyond: a longer sequence raises
+    ``ValueError`` naming ``max_len``.
+    """
+
+    def __init__(
+        self, d_model, max_len, dropout=0.0, batch_first=True, *, init_std=0.02, device=None
+    ):
+        super().__init__(d_model, max_len, dropout, batch_first)
+        init_std = positive_finite("init_std", init_std)
+        self.table = nn.Parameter(torch.empty(self.max_len, self.d_model, device=device))
+        nn.init.normal_(self.table, std=init_std)
+
+    def rows(self, length: int) -> torch.Tensor:
+        if length > self.max_len:
+            raise ValueError(
+                f"sequence length {length} exceeds max_len={self.max_len}: a learned table "
+                f"has no row for positions {self.max_len} and beyond"
+            )
+        return self.table[:length]
+
+
+class TransformerWithPositionalEncoding(nn.Module):
+    """Token ids ``(batch, length)`` in, ``(batch, length, d_model)`` out.
+
+    ``embedding(tokens) * sqrt(d_model)`` (section 3.4 of the paper; ``scale_embedding``)
+    plus the chosen ``encoding`` (``"sinusoidal"``, ``"learned"`` or ``"none"``), then
+    ``n_layers`` post-norm ``nn.TransformerEncoderLayer`` blocks. ``causal=True`` in
+    ``forward`` lets each position attend only to itself and earlier positions.
+    """
+
+    def __init__(
+        self,
+        vocab_size,
+        d_model,
+        n_heads,
+        *,
+        n_layers=2,
+        d_ff=None,
+        dropout=0.0,
+        max_len=5000,
+        encoding="sinusoidal",
+        scale_embedding=True,
+    ):
+        super().__init__()
+        self.vocab_size = integer("vocab_size", vocab_size, minimum=1)
+        self.d_model = integer("d_model", d_model, minimum=1)
+        n_heads = integer("n_heads", n_heads, minimum=1)
+        if self.d_model % n_heads:
+            raise ValueError(
+                f"n_heads must divide d_model, got n_heads={n_heads}, d_model={self.d_model}"
+            )
+        n_layers = integer("n_layers", n_layers, minimum=1)
+        d_ff = 4 * self.d_model if d_ff is None else integer("d_ff", d_ff, minimum=1)
+        dropout = _probability("dropout", dropout)
+        self.encoding_kind = choice("encoding", encoding, ENCODINGS)
+        self.scale = math.sqrt(self.d_model) if _flag("scale_embedding", scale_embedding) else 1.0
+
+        self.embedding = nn.Embedding(self.vocab_size, self.d_model)
+        if self.encoding_kind == "sinusoidal":
+            self.position = SinusoidalPositionalEncoding(self.d_model, max_len, dropout)
+        elif self.encoding_kind == "learned":
+            self.position = LearnedPositionalEncoding(self.d_model, max_len, dropout)
+        else:
+            self.position = nn.Dropout(dropout)
+        layer = nn.TransformerEncoderLayer(
+            self.d_model, n_heads, d_ff, dropout, batch_first=True, norm_first=False
+        )
+        self.encoder = nn.TransformerEncoder(layer, n_layers, enable_nested_tensor=False)
+
+    def forward(self, tokens: torch.Tensor, *, causal=False) -> torch.Tensor:
+        if not isinstance(tokens, torch.Tensor) or tokens.dtype not in (torch.int32, torch.int64):
+            kind = getattr(tokens, "dtype", type(tokens).__name__)
+            raise TypeError(f"tokens must be an int32 or int64 tensor of ids, got {kind}")
+        if tokens.dim() != 2:
+            raise ValueError(f"tokens must have shape (batch, length), got {tuple(tokens.shape)}")
+        if tokens.numel() and (tokens.min() < 0 or tokens.max() >= self.vocab_size):
+            raise ValueError(
+                f"token ids must lie in [0, {self.vocab_size}), got ids from "
+                f"{int(tokens.min())} to {int(tokens.max())}"
+            )
+        x = self.position(self.embedding(tokens) * self.scale)
+        mask = None
+        if _flag("causal", causal):
+            mask = nn.Transformer.generate_square_subsequent_mask(
+                tokens.shape[1], device=tokens.device, dtype=x.dtype
+            )
+        return self.encoder(x, mask=mask, is_causal=causal)

@@ -1,0 +1,368 @@
+"""posenc.torch: the encodings as PyTorch modules, and the small encoder that uses them."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import nbformat
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import posenc.torch as pt
+from conftest import NOTEBOOKS
+from posenc import sinusoidal
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
+
+
+def float32_table(length, d_model, **kwargs):
+    return torch.from_numpy(sinusoidal(length, d_model, dtype=np.float32, **kwargs))
+
+
+# --- SinusoidalPositionalEncoding -------------------------------------------------------
+
+
+def test_the_table_is_a_buffer_not_a_parameter():
+    module = pt.SinusoidalPositionalEncoding(32, max_len=64)
+    assert [name for name, _ in module.named_buffers()] == ["pe"]
+    assert list(module.parameters()) == []
+    assert not module.pe.requires_grad
+
+
+def test_the_buffer_is_not_persistent():
+    module = pt.SinusoidalPositionalEncoding(32, max_len=64)
+    assert module.state_dict() == {}
+    model = pt.TransformerWithPositionalEncoding(10, 32, 4, max_len=64)
+    assert not any(key.endswith("pe") for key in model.state_dict())
+
+
+@pytest.mark.parametrize("d_model", [1, 2, 7, 64, 512])
+@pytest.mark.parametrize("base", [100.0, 10000.0])
+def test_table_equals_posenc_sinusoidal_in_float32(d_model, base):
+    module = pt.SinusoidalPositionalEncoding(d_model, max_len=300, base=base)
+    assert module.pe.dtype == torch.float32
+    assert torch.equal(module.pe, float32_table(300, d_model, base=base))
+
+
+def test_float64_table_equals_the_float64_formula():
+    module = pt.SinusoidalPositionalEncoding(10, max_len=50, dtype=torch.float64)
+    assert torch.equal(module.pe, torch.from_numpy(sinusoidal(50, 10)))
+
+
+@pytest.mark.parametrize("batch_first", [True, False])
+def test_forward_adds_row_t_to_token_t_of_every_sequence(batch_first):
+    module = pt.SinusoidalPositionalEncoding(12, max_len=40, batch_first=batch_first)
+    zeros = torch.zeros((3, 9, 12) if batch_first else (9, 3, 12))
+    added = module(zeros)
+    per_sequence = added if batch_first else added.transpose(0, 1)
+    for sequence in per_sequence:
+        assert torch.equal(sequence, float32_table(9, 12))
+    x = torch.randn(zeros.shape)
+    assert torch.equal(module(x), x + added)
+
+
+def test_float64_input_gets_the_buffer_in_float64():
+    module = pt.SinusoidalPositionalEncoding(8, max_len=10)
+    out = module(torch.zeros(1, 10, 8, dtype=torch.float64))
+    assert out.dtype == torch.float64
+    assert torch.equal(out[0], float32_table(10, 8).double())
+
+
+def test_past_max_len_the_table_is_extended_exactly():
+    module = pt.SinusoidalPositionalEncoding(16, max_len=20)
+    out = module(torch.zeros(2, 75, 16))
+    assert torch.equal(out[1], float32_table(75, 16))
+    assert module.pe.shape[0] >= 75
+    assert torch.equal(module.pe, float32_table(module.pe.shape[0], 16))
+    assert module.state_dict() == {}, "extending must not put the table in checkpoints"
+    assert module.max_len == 20
+
+
+def test_past_max_len_without_extend_the_error_names_max_len():
+    module = pt.SinusoidalPositionalEncoding(16, max_len=20, extend=False)
+    assert module(torch.zeros(1, 20, 16)).shape == (1, 20, 16)
+    with pytest.raises(ValueError, match=r"sequence length 21 exceeds max_len=20"):
+        module(torch.zeros(1, 21, 16))
+
+
+def test_dropout_acts_on_the_sum_in_training_only():
+    module = pt.SinusoidalPositionalEncoding(64, max_len=128, dropout=0.25)
+    x = torch.randn(8, 128, 64)
+    clean = x + float32_table(128, 64)
+    module.eval()
+    assert torch.equal(module(x), clean)
+    module.train()
+    noisy = module(x)
+    dropped = noisy == 0
+    assert 0.23 < dropped.float().mean().item() < 0.27  # 65,536 draws: 4 sigma is ~0.007
+    assert torch.allclose(noisy[~dropped], clean[~dropped] / 0.75, rtol=1e-6, atol=0)
+
+
+def test_moves_with_the_module():
+    module = pt.SinusoidalPositionalEncoding(8, max_len=10).to(torch.float64)
+    assert module.pe.dtype == torch.float64
+
+
+# --- loading checkpoints ----------------------------------------------------------------
+
+
+def tutorial_style_state(length, d_model, **kwargs):
+    """The state_dict of a module that persisted a sequence-first (max_len, 1, d) table."""
+    return {"pe": float32_table(length, d_model, **kwargs).unsqueeze(1)}
+
+
+def test_a_checkpoint_with_the_right_table_loads_and_keeps_the_formula():
+    module = pt.SinusoidalPositionalEncoding(16, max_len=100)
+    result = module.load_state_dict(tutorial_style_state(500, 16))
+    assert result.missing_keys == [] and result.unexpected_keys == []
+    assert module.pe.shape == (100, 16)
+    assert torch.equal(module.pe, float32_table(100, 16))
+
+
+@pytest.mark.parametrize(
+    ("state", "message"),
+    [
+        (tutorial_style_state(50, 16, layout="concat"), r"differs .* by up to"),
+        (tutorial_style_state(50, 16, base=1000.0), r"differs .* by up to"),
+        ({"pe": float32_table(50, 16)[:, [1, 0, *range(2, 16)]]}, r"differs .* by up to"),
+        (tutorial_style_state(50, 8), r"not \(length, 16\)"),
+        ({"pe": float32_table(50, 16).fill_(float("nan"))}, r"differs .* by up to nan"),
+    ],
+)
+def test_a_checkpoint_with_a_wrong_table_is_refused(state, message):
+    module = pt.SinusoidalPositionalEncoding(16, max_len=100)
+    with pytest.raises(RuntimeError, match=r"pe: .*" + message):
+        module.load_state_dict(state)
+
+
+def test_a_nested_checkpoint_is_checked_under_its_prefix():
+    model = pt.TransformerWithPositionalEncoding(10, 16, 2, max_len=32)
+    state = {**model.state_dict(), "position.pe": float32_table(32, 16, layout="concat")}
+    with pytest.raises(RuntimeError, match=r"position\.pe: the stored table differs"):
+        model.load_state_dict(state)
+    state["position.pe"] = float32_table(32, 16)
+    assert not model.load_state_dict(state).unexpected_keys
+
+
+def test_the_tolerance_admits_float16_rounding_but_not_one_position_of_shift():
+    module = pt.SinusoidalPositionalEncoding(64, max_len=10)
+    half = torch.from_numpy(sinusoidal(5000, 64, dtype=np.float16))
+    module.load_state_dict({"pe": half})
+    with pytest.raises(RuntimeError, match="differs"):
+        module.load_state_dict({"pe": float32_table(5000, 64, start=1)})
+
+
+# --- LearnedPositionalEncoding ----------------------------------------------------------
+
+
+def test_learned_table_is_max_len_by_d_model_trainable_numbers():
+    module = pt.LearnedPositionalEncoding(24, max_len=40)
+    (name, table), *rest = module.named_parameters()
+    assert (name, tuple(table.shape), rest) == ("table", (40, 24), [])
+    assert table.requires_grad
+    assert sum(p.numel() for p in module.parameters()) == 40 * 24
+    assert 0.015 < table.std().item() < 0.025
+
+
+def test_learned_forward_adds_the_first_rows_and_trains_only_those():
+    module = pt.LearnedPositionalEncoding(6, max_len=10)
+    out = module(torch.zeros(2, 4, 6))
+    assert torch.equal(out[1], module.table[:4])
+    out.sum().backward()
+    assert torch.equal(module.table.grad[:4], torch.full((4, 6), 2.0))
+    assert torch.equal(module.table.grad[4:], torch.zeros(6, 6))
+
+
+def test_learned_sequence_first():
+    module = pt.LearnedPositionalEncoding(6, max_len=10, batch_first=False)
+    out = module(torch.zeros(4, 3, 6))
+    assert torch.equal(out[:, 2], module.table[:4])
+
+
+def test_learned_past_max_len_the_error_names_max_len():
+    module = pt.LearnedPositionalEncoding(6, max_len=10)
+    with pytest.raises(ValueError, match=r"sequence length 11 exceeds max_len=10"):
+        module(torch.zeros(1, 11, 6))
+
+
+# --- bad input --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("make", [pt.SinusoidalPositionalEncoding, pt.LearnedPositionalEncoding])
+@pytest.mark.parametrize("shape", [(5, 16), (2, 5, 15), (1, 2, 5, 16), (16,)])
+def test_wrong_rank_or_width_names_both_shapes(make, shape):
+    module = make(16, 32)
+    expected = re.escape(
+        f"(batch, length, d_model) with d_model = 16 (batch_first=True), got {shape}"
+    )
+    with pytest.raises(ValueError, match=expected):
+        module(torch.zeros(shape))
+
+
+def test_sequence_first_message_names_its_layout():
+    module = pt.SinusoidalPositionalEncoding(16, 32, batch_first=False)
+    with pytest.raises(ValueError, match=re.escape("(length, batch, d_model)")):
+        module(torch.zeros(5, 16))
+
+
+@pytest.mark.parametrize(
+    ("x", "error"),
+    [
+        (torch.zeros(1, 2, 16, dtype=torch.int64), "floating-point"),
+        (np.zeros((1, 2, 16)), "torch.Tensor"),
+    ],
+)
+def test_wrong_kind_of_input(x, error):
+    with pytest.raises(TypeError, match=error):
+        pt.SinusoidalPositionalEncoding(16, 32)(x)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"d_model": 0}, ValueError, "d_model must be at least 1"),
+        ({"d_model": 8.0}, TypeError, "d_model must be an integer"),
+        ({"max_len": 0}, ValueError, "max_len must be at least 1"),
+        ({"max_len": True}, TypeError, "max_len"),
+        ({"dropout": 1.0}, ValueError, r"dropout must lie in \[0, 1\)"),
+        ({"dropout": "0.1"}, TypeError, "dropout"),
+        ({"batch_first": 1}, TypeError, "batch_first must be True or False"),
+        ({"base": -1.0}, ValueError, "base must be finite and > 0"),
+        ({"extend": None}, TypeError, "extend"),
+        ({"dtype": torch.int32}, TypeError, "dtype"),
+    ],
+)
+def test_constructor_arguments_are_checked(kwargs, error, message):
+    arguments = {"d_model": 8, "max_len": 16, **kwargs}
+    with pytest.raises(error, match=message):
+        pt.SinusoidalPositionalEncoding(**arguments)
+
+
+# --- TransformerWithPositionalEncoding --------------------------------------------------
+
+
+def make_model(encoding, **kwargs):
+    model = pt.TransformerWithPositionalEncoding(
+        50, 32, 4, n_layers=2, max_len=64, encoding=encoding, **kwargs
+    )
+    return model.eval()
+
+
+def count(model):
+    return sum(p.numel() for p in model.parameters())
+
+
+def test_tokens_in_batch_length_d_model_out():
+    tokens = torch.randint(0, 50, (3, 11))
+    for encoding in pt.ENCODINGS:
+        assert make_model(encoding)(tokens).shape == (3, 11, 32)
+
+
+def test_parameter_counts_differ_by_the_learned_table_only():
+    none, sinusoidal_, learned = (count(make_model(e)) for e in ("none", "sinusoidal", "learned"))
+    assert sinusoidal_ == none
+    assert learned == none + 64 * 32
+
+
+def test_input_is_the_scaled_embedding_plus_the_table():
+    model = make_model("sinusoidal")
+    tokens = torch.randint(0, 50, (2, 7))
+    seen = []
+    model.encoder.layers[0].register_forward_pre_hook(lambda _, args: seen.append(args[0]))
+    model(tokens)
+    expected = model.embedding(tokens) * 32**0.5 + float32_table(7, 32)
+    assert torch.allclose(seen[0], expected, atol=1e-6)
+    unscaled = make_model("none", scale_embedding=False)
+    unscaled.encoder.layers[0].register_forward_pre_hook(lambda _, args: seen.append(args[0]))
+    unscaled(tokens)
+    assert torch.equal(seen[1], unscaled.embedding(tokens))
+
+
+def permutation_gap(model, length=6):
+    tokens = torch.randint(0, 50, (1, length))
+    order = torch.randperm(length)
+    with torch.no_grad():
+        return (model(tokens[:, order]) - model(tokens)[:, order]).abs().max().item()
+
+
+def test_without_an_encoding_the_model_is_permutation_equivariant():
+    assert permutation_gap(make_model("none")) < 1e-5
+
+
+@pytest.mark.parametrize("encoding", ["sinusoidal", "learned"])
+def test_with_an_encoding_order_matters(encoding):
+    assert permutation_gap(make_model(encoding)) > 1e-2
+
+
+def test_causal_outputs_do_not_depend_on_later_tokens():
+    model = make_model("none")
+    tokens = torch.randint(0, 50, (1, 8))
+    changed = tokens.clone()
+    changed[0, 5:] = (changed[0, 5:] + 1) % 50
+    with torch.no_grad():
+        a, b = model(tokens, causal=True), model(changed, causal=True)
+    assert torch.allclose(a[:, :5], b[:, :5], atol=1e-6)
+    assert not torch.allclose(a[:, 5:], b[:, 5:], atol=1e-3)
+
+
+@pytest.mark.parametrize(
+    ("tokens", "error", "message"),
+    [
+        (torch.zeros(2, 3), TypeError, "int32 or int64"),
+        (torch.zeros(3, dtype=torch.int64), ValueError, r"\(batch, length\), got \(3,\)"),
+        (torch.tensor([[0, 50]]), ValueError, r"\[0, 50\), got ids from 0 to 50"),
+        (torch.tensor([[-1, 2]]), ValueError, r"\[0, 50\)"),
+    ],
+)
+def test_bad_tokens(tokens, error, message):
+    with pytest.raises(error, match=message):
+        make_model("sinusoidal")(tokens)
+
+
+def test_model_arguments_are_checked():
+    with pytest.raises(ValueError, match="encoding must be one of"):
+        make_model("rope")
+    with pytest.raises(ValueError, match="n_heads must divide d_model"):
+        pt.TransformerWithPositionalEncoding(10, 30, 4)
+    with pytest.raises(ValueError, match="max_len=64"):
+        make_model("learned")(torch.zeros(1, 65, dtype=torch.int64))
+
+
+def test_dropout_reaches_the_encoding_and_the_layers():
+    model = pt.TransformerWithPositionalEncoding(10, 16, 2, dropout=0.1, max_len=8)
+    rates = [m.p for m in model.modules() if isinstance(m, nn.Dropout)]
+    assert rates and set(rates) == {0.1}
+    assert model.position.dropout.p == 0.1
+
+
+# --- chapters 1-6 and `import posenc` do not need torch ---------------------------------
+
+
+def test_posenc_imports_and_runs_without_torch():
+    script = (
+        "import sys; sys.modules['torch'] = None\n"
+        "import posenc, posenc.block, posenc.reference, posenc.properties\n"
+        "x = posenc.block.add_positional_encoding(posenc.sinusoidal(4, 6))\n"
+        "try:\n    import posenc.torch\nexcept ImportError:\n    print('no torch')\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    )
+    assert result.stdout == "no torch\n"
+
+
+def test_chapters_before_7_do_not_import_torch():
+    earlier = [path for path in NOTEBOOKS if path.name < "07"]
+    assert len(earlier) == 6
+    for path in earlier:
+        code = "\n".join(
+            cell.source for cell in nbformat.read(path, 4).cells if cell.cell_type == "code"
+        )
+        assert not re.search(r"\b(import|from)\s+(posenc\.)?torch\b", code), path.name
