@@ -171,9 +171,7 @@ def add_positional_encoding(x, *, base=10000.0, start=0, batch_first=True):
         layout = "(batch, length, d_model)" if batch_first else "(length, batch, d_model)"
         raise ValueError(f"x must have shape (length, d_model) or {layout}, got {x.shape}")
     length_axis = 1 if (x.ndim == 3 and batch_first) else 0
-    table = sinusoidal(
-        x.shape[length_axis], x.shape[-1], base=base, start=start, dtype=x.dtype
-    )
+    table = sinusoidal(x.shape[length_axis], x.shape[-1], base=base, start=start, dtype=x.dtype)
     if x.ndim == 3:
         table = table[None] if batch_first else table[:, None]
     return x + table
