@@ -105,6 +105,22 @@ def floating_dtype(name: str, value) -> np.dtype:
     return dtype
 
 
+def flag(name: str, value) -> bool:
+    """Return ``value`` if it is ``True`` or ``False``, or raise ``TypeError`` (no 0/1)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, got {value!r}")
+    return value
+
+
+def probability(name: str, value) -> float:
+    """Return ``value`` as a float in ``[0, 1)`` (a dropout rate), or raise."""
+    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+        raise TypeError(f"{name} must be a probability, got {value!r} ({type(value).__name__})")
+    if not 0.0 <= value < 1.0:
+        raise ValueError(f"{name} must lie in [0, 1), got {value!r}")
+    return float(value)
+
+
 def choice(name: str, value, options: tuple[str, ...]) -> str:
     """Return ``value`` if it is one of the strings ``options``, or raise."""
     if not isinstance(value, str):

@@ -19,7 +19,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from posenc._validation import floating_array, integer, integer_array, positive_finite
+from posenc._validation import (
+    flag,
+    floating_array,
+    integer,
+    integer_array,
+    positive_finite,
+)
 from posenc.attention import scaled_dot_product_attention
 from posenc.encoding import MAX_POSITION, sinusoidal
 
@@ -165,8 +171,7 @@ def add_positional_encoding(x, *, base=10000.0, start=0, batch_first=True):
     rank raises ``ValueError`` instead of broadcasting.
     """
     x = floating_array("x", x)
-    if not isinstance(batch_first, bool):
-        raise TypeError(f"batch_first must be True or False, got {batch_first!r}")
+    batch_first = flag("batch_first", batch_first)
     if x.ndim not in (2, 3):
         layout = "(batch, length, d_model)" if batch_first else "(length, batch, d_model)"
         raise ValueError(f"x must have shape (length, d_model) or {layout}, got {x.shape}")

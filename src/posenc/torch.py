@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from posenc._validation import choice, integer, positive_finite
+from posenc._validation import choice, flag, integer, positive_finite, probability
 from posenc.encoding import sinusoidal
 
 __all__ = [
@@ -44,20 +44,6 @@ ENCODINGS = ("sinusoidal", "learned", "none")
 STORED_TABLE_TOLERANCE = 1e-3
 
 
-def _probability(name: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"{name} must be a probability, got {value!r} ({type(value).__name__})")
-    if not 0.0 <= value < 1.0:
-        raise ValueError(f"{name} must lie in [0, 1), got {value!r}")
-    return float(value)
-
-
-def _flag(name: str, value) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(f"{name} must be True or False, got {value!r}")
-    return value
-
-
 class _AddedPositionalEncoding(nn.Module):
     """Shared by both encodings: check the input, add the table's first rows, dropout."""
 
@@ -65,8 +51,8 @@ class _AddedPositionalEncoding(nn.Module):
         super().__init__()
         self.d_model = integer("d_model", d_model, minimum=1)
         self.max_len = integer("max_len", max_len, minimum=1)
-        self.batch_first = _flag("batch_first", batch_first)
-        self.dropout = nn.Dropout(_probability("dropout", dropout))
+        self.batch_first = flag("batch_first", batch_first)
+        self.dropout = nn.Dropout(probability("dropout", dropout))
 
     def _layout(self) -> str:
         return "(batch, length, d_model)" if self.batch_first else "(length, batch, d_model)"
@@ -126,7 +112,7 @@ class SinusoidalPositionalEncoding(_AddedPositionalEncoding):
     ):
         super().__init__(d_model, max_len, dropout, batch_first)
         self.base = positive_finite("base", base)
-        self.extend = _flag("extend", extend)
+        self.extend = flag("extend", extend)
         dtype = torch.get_default_dtype() if dtype is None else dtype
         if not dtype.is_floating_point:
             raise TypeError(f"dtype must be a floating-point torch dtype, got {dtype}")
@@ -241,9 +227,9 @@ class TransformerWithPositionalEncoding(nn.Module):
             )
         n_layers = integer("n_layers", n_layers, minimum=1)
         d_ff = 4 * self.d_model if d_ff is None else integer("d_ff", d_ff, minimum=1)
-        dropout = _probability("dropout", dropout)
+        dropout = probability("dropout", dropout)
         self.encoding_kind = choice("encoding", encoding, ENCODINGS)
-        self.scale = math.sqrt(self.d_model) if _flag("scale_embedding", scale_embedding) else 1.0
+        self.scale = math.sqrt(self.d_model) if flag("scale_embedding", scale_embedding) else 1.0
 
         self.embedding = nn.Embedding(self.vocab_size, self.d_model)
         if self.encoding_kind == "sinusoidal":
@@ -270,7 +256,7 @@ class TransformerWithPositionalEncoding(nn.Module):
             )
         x = self.position(self.embedding(tokens) * self.scale)
         mask = None
-        if _flag("causal", causal):
+        if flag("causal", causal):
             mask = nn.Transformer.generate_square_subsequent_mask(
                 tokens.shape[1], device=tokens.device, dtype=x.dtype
             )
