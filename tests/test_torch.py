@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 import subprocess
 import sys
@@ -82,7 +83,9 @@ def test_past_max_len_the_table_is_extended_exactly():
     assert module.pe.shape[0] >= 75
     assert torch.equal(module.pe, float32_table(module.pe.shape[0], 16))
     assert module.state_dict() == {}, "extending must not put the table in checkpoints"
-    assert module.max_len == 20
+    assert module.max_len == module.pe.shape[0] == 75
+    module(torch.zeros(1, 80, 16))
+    assert module.max_len == module.pe.shape[0] == 150, "the table grows by doubling"
 
 
 def test_past_max_len_without_extend_the_error_names_max_len():
@@ -105,9 +108,24 @@ def test_dropout_acts_on_the_sum_in_training_only():
     assert torch.allclose(noisy[~dropped], clean[~dropped] / 0.75, rtol=1e-6, atol=0)
 
 
-def test_moves_with_the_module():
-    module = pt.SinusoidalPositionalEncoding(8, max_len=10).to(torch.float64)
-    assert module.pe.dtype == torch.float64
+@pytest.mark.parametrize(
+    ("convert", "dtype"),
+    [
+        (lambda m: m.to(torch.float64), np.float64),
+        (lambda m: m.double(), np.float64),
+        (lambda m: m.half(), np.float16),
+        (lambda m: m.double().float(), np.float32),
+    ],
+)
+def test_converting_the_module_rebuilds_the_table_exactly(convert, dtype):
+    module = convert(pt.SinusoidalPositionalEncoding(8, max_len=300))
+    assert torch.equal(module.pe, torch.from_numpy(sinusoidal(300, 8, dtype=dtype)))
+    assert module.state_dict() == {}
+
+
+def test_a_converted_model_keeps_an_exact_table():
+    model = pt.TransformerWithPositionalEncoding(10, 8, 2, max_len=50).double()
+    assert torch.equal(model.position.pe, torch.from_numpy(sinusoidal(50, 8)))
 
 
 # --- loading checkpoints ----------------------------------------------------------------
@@ -151,12 +169,40 @@ def test_a_nested_checkpoint_is_checked_under_its_prefix():
     assert not model.load_state_dict(state).unexpected_keys
 
 
-def test_the_tolerance_admits_float16_rounding_but_not_one_position_of_shift():
+def float32_arithmetic_table(length, d_model):
+    """A correct table computed in float32 throughout, as the PyTorch tutorial does."""
+    position = torch.arange(length, dtype=torch.float32)[:, None]
+    angles = position * torch.exp(torch.arange(0, d_model, 2) * (-math.log(10000.0) / d_model))
+    table = torch.zeros(length, d_model)
+    table[:, 0::2], table[:, 1::2] = torch.sin(angles), torch.cos(angles)
+    return table
+
+
+@pytest.mark.parametrize("length", [100, 5000, 30000, 60000])
+def test_the_tolerance_admits_correct_float32_and_float16_tables(length):
     module = pt.SinusoidalPositionalEncoding(64, max_len=10)
-    half = torch.from_numpy(sinusoidal(5000, 64, dtype=np.float16))
-    module.load_state_dict({"pe": half})
+    table = float32_arithmetic_table(length, 64)
+    error = (table.double() - torch.from_numpy(sinusoidal(length, 64))).abs().max().item()
+    assert error < pt.stored_table_tolerance(length)
+    module.load_state_dict({"pe": table})
+    module.load_state_dict({"pe": torch.from_numpy(sinusoidal(length, 64, dtype=np.float16))})
+
+
+@pytest.mark.parametrize("length", [2, 100, 60000])
+@pytest.mark.parametrize(
+    "wrong",
+    [{"start": 1}, {"base": 1000.0}, {"layout": "concat"}],
+    ids=["shifted", "base", "layout"],
+)
+def test_the_tolerance_refuses_wrong_tables_at_any_length(length, wrong):
+    module = pt.SinusoidalPositionalEncoding(64, max_len=10)
     with pytest.raises(RuntimeError, match="differs"):
-        module.load_state_dict({"pe": float32_table(5000, 64, start=1)})
+        module.load_state_dict({"pe": float32_table(length, 64, **wrong)})
+
+
+def test_the_tolerance_grows_with_length():
+    assert pt.stored_table_tolerance(1) == 1e-3
+    assert math.isclose(pt.stored_table_tolerance(2**20 + 1), 1e-3 + 0.25)
 
 
 # --- LearnedPositionalEncoding ----------------------------------------------------------
@@ -178,6 +224,12 @@ def test_learned_forward_adds_the_first_rows_and_trains_only_those():
     out.sum().backward()
     assert torch.equal(module.table.grad[:4], torch.full((4, 6), 2.0))
     assert torch.equal(module.table.grad[4:], torch.zeros(6, 6))
+
+
+def test_learned_table_dtype():
+    module = pt.LearnedPositionalEncoding(6, max_len=10, dtype=torch.float64)
+    assert module.table.dtype == torch.float64
+    assert module(torch.zeros(1, 3, 6, dtype=torch.float64)).dtype == torch.float64
 
 
 def test_learned_sequence_first():
@@ -263,6 +315,13 @@ def test_tokens_in_batch_length_d_model_out():
     tokens = torch.randint(0, 50, (3, 11))
     for encoding in pt.ENCODINGS:
         assert make_model(encoding)(tokens).shape == (3, 11, 32)
+
+
+def test_token_vectors_start_as_long_as_encoding_rows():
+    model = pt.TransformerWithPositionalEncoding(1000, 256, 4, max_len=8)
+    scaled = model.embedding.weight * model.scale
+    ratio = scaled.norm(dim=1).pow(2).mean().sqrt().item() / math.sqrt(256 / 2)
+    assert math.isclose(ratio, math.sqrt(2), rel_tol=0.02)
 
 
 def test_parameter_counts_differ_by_the_learned_table_only():

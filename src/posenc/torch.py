@@ -34,14 +34,23 @@ __all__ = [
     "LearnedPositionalEncoding",
     "SinusoidalPositionalEncoding",
     "TransformerWithPositionalEncoding",
+    "stored_table_tolerance",
 ]
 
 ENCODINGS = ("sinusoidal", "learned", "none")
 
-# A stored table may differ from the formula by the rounding of its dtype and by the
-# float32 angle arithmetic of common constructions (about 1e-4 at position 5,000). Wrong
-# layouts, bases or swapped sin/cos differ by order 1.
-STORED_TABLE_TOLERANCE = 1e-3
+
+def stored_table_tolerance(length: int) -> float:
+    """How far a stored table of ``length`` rows may be from the formula and still load.
+
+    Correct tables differ from the exact values by their dtype's rounding (at most
+    2**-11 in float16) and, when they were computed in float32 as many tutorials do, by
+    an angle error that grows with the position: a few times 2**-24 per unit of
+    position (7e-4 at position 20,000). The bound is 1e-3 plus four times 2**-24 per
+    position. Wrong layouts, bases, swapped sin/cos or a shift by one position differ by
+    0.1 or more at every length.
+    """
+    return 1e-3 + 4 * 2.0**-24 * max(length - 1, 0)
 
 
 class _AddedPositionalEncoding(nn.Module):
@@ -94,8 +103,11 @@ class SinusoidalPositionalEncoding(_AddedPositionalEncoding):
     batch_first : input layout, ``(batch, length, d_model)`` or ``(length, batch, d_model)``.
     base : the wavelength base, keyword-only.
     extend : what a sequence longer than ``max_len`` gets. True (default): the table is
-        rebuilt, exactly, long enough for it (the formula has a row for every position).
-        False: ``ValueError`` naming ``max_len``.
+        rebuilt, exactly, long enough for it (the formula has a row for every position),
+        and ``max_len`` becomes its new length. False: ``ValueError`` naming ``max_len``.
+    device, dtype : where and in what precision the table lives. Converting the module
+        later (``.to(torch.float64)``, ``.half()``) rebuilds the table exactly in the
+        new dtype rather than rounding the old one.
     """
 
     def __init__(
@@ -130,8 +142,16 @@ class SinusoidalPositionalEncoding(_AddedPositionalEncoding):
                     "(built with extend=False)"
                 )
             # Rebuild from float64, never from the stored rows: the new table is exact.
-            self.pe = self._build(max(length, 2 * self.pe.shape[0]), self.pe.dtype, self.pe.device)
+            self.max_len = max(length, 2 * self.pe.shape[0])
+            self.pe = self._build(self.max_len, self.pe.dtype, self.pe.device)
         return self.pe[:length]
+
+    def _apply(self, fn, recurse=True):
+        # .to(dtype), .double(), .half() would round or widen the stored table; rebuild it
+        # from the formula instead, so that it is exact in its new dtype.
+        super()._apply(fn, recurse)
+        self.pe = self._build(self.pe.shape[0], self.pe.dtype, self.pe.device)
+        return self
 
     def _load_from_state_dict(
         self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
@@ -159,10 +179,11 @@ class SinusoidalPositionalEncoding(_AddedPositionalEncoding):
             )
         expected = sinusoidal(table.shape[0], self.d_model, base=self.base)
         deviation = float(np.max(np.abs(table - expected), initial=0.0))
-        if not deviation <= STORED_TABLE_TOLERANCE:
+        tolerance = stored_table_tolerance(table.shape[0])
+        if not deviation <= tolerance:
             return (
                 f"the stored table differs from the sinusoidal formula (base={self.base:g}) "
-                f"by up to {deviation:.3g} (tolerance {STORED_TABLE_TOLERANCE:g})"
+                f"by up to {deviation:.3g} (tolerance {tolerance:.3g} for {table.shape[0]} rows)"
             )
         return None
 
@@ -179,11 +200,21 @@ class LearnedPositionalEncoding(_AddedPositionalEncoding):
     """
 
     def __init__(
-        self, d_model, max_len, dropout=0.0, batch_first=True, *, init_std=0.02, device=None
+        self,
+        d_model,
+        max_len,
+        dropout=0.0,
+        batch_first=True,
+        *,
+        init_std=0.02,
+        device=None,
+        dtype=None,
     ):
         super().__init__(d_model, max_len, dropout, batch_first)
         init_std = positive_finite("init_std", init_std)
-        self.table = nn.Parameter(torch.empty(self.max_len, self.d_model, device=device))
+        self.table = nn.Parameter(
+            torch.empty(self.max_len, self.d_model, device=device, dtype=dtype)
+        )
         nn.init.normal_(self.table, std=init_std)
 
     def rows(self, length: int) -> torch.Tensor:
@@ -198,7 +229,8 @@ class LearnedPositionalEncoding(_AddedPositionalEncoding):
 class TransformerWithPositionalEncoding(nn.Module):
     """Token ids ``(batch, length)`` in, ``(batch, length, d_model)`` out.
 
-    ``embedding(tokens) * sqrt(d_model)`` (section 3.4 of the paper; ``scale_embedding``)
+    ``embedding(tokens) * sqrt(d_model)`` (section 3.4 of the paper; ``scale_embedding``;
+    the embedding starts as N(0, 1/d_model), so token and position start comparable)
     plus the chosen ``encoding`` (``"sinusoidal"``, ``"learned"`` or ``"none"``), then
     ``n_layers`` post-norm ``nn.TransformerEncoderLayer`` blocks. ``causal=True`` in
     ``forward`` lets each position attend only to itself and earlier positions.
@@ -231,7 +263,11 @@ class TransformerWithPositionalEncoding(nn.Module):
         self.encoding_kind = choice("encoding", encoding, ENCODINGS)
         self.scale = math.sqrt(self.d_model) if flag("scale_embedding", scale_embedding) else 1.0
 
+        # N(0, 1/d_model) entries (tensor2tensor's choice): times sqrt(d_model), a token
+        # vector is about as long as an encoding row, sqrt(d_model/2). nn.Embedding's
+        # default N(0, 1) would make it sqrt(2 d_model) times longer (chapter 7).
         self.embedding = nn.Embedding(self.vocab_size, self.d_model)
+        nn.init.normal_(self.embedding.weight, std=self.d_model**-0.5)
         if self.encoding_kind == "sinusoidal":
             self.position = SinusoidalPositionalEncoding(self.d_model, max_len, dropout)
         elif self.encoding_kind == "learned":
