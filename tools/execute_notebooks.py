@@ -19,7 +19,9 @@ produces.
 from __future__ import annotations
 
 import argparse
+import difflib
 import hashlib
+import itertools
 import os
 import re
 import sys
@@ -96,6 +98,14 @@ def _kernel_env() -> dict[str, str]:
     return env
 
 
+def _first_lines_of_diff(current: str, fresh: str, path: Path, limit: int = 40) -> str:
+    """What a re-run would change, as the first ``limit`` lines of a unified diff."""
+    diff = difflib.unified_diff(
+        current.splitlines(), fresh.splitlines(), f"{path} (stored)", f"{path} (fresh)", lineterm=""
+    )
+    return "\n".join(itertools.islice(diff, limit))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("notebooks", nargs="+", type=Path)
@@ -114,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.check:
             stale.append(path)
             print(f"WOULD CHANGE  {path}")
+            print(_first_lines_of_diff(comparable(current), comparable(fresh), path))
         else:
             path.write_text(fresh, encoding="utf-8")
             print(f"updated    {path}")
