@@ -124,3 +124,34 @@ def test_volatile_cells_do_not_count_as_changes(tmp_path):
     assert execute_notebooks.main(["--check", str(path)]) == 1
     assert execute_notebooks.main([str(path)]) == 0
     assert nbformat.read(path, as_version=4).cells[1].outputs[0]["data"]["text/plain"] == "42"
+
+
+def test_a_print_split_by_the_kernel_is_stored_as_one_output():
+    """A busy kernel may flush "0.63" and its newline separately: same text, same file."""
+    stream = nbformat.v4.new_output
+    whole = [stream("stream", name="stdout", text="smallest: 0.63\n")]
+    split = [
+        stream("stream", name="stdout", text="smallest: 0.63"),
+        stream("stream", name="stdout", text="\n"),
+    ]
+    texts = []
+    for outputs in (whole, split):
+        nb = new_notebook(cells=[new_code_cell("print(x)", id="p", outputs=outputs)])
+        texts.append(execute_notebooks.normalize(nb, "01_print"))
+    assert texts[0] == texts[1]
+
+    figure = stream("display_data", {"text/plain": "<Figure>"})
+    mixed = [
+        stream("stream", name="stdout", text="a\n"),
+        stream("stream", name="stderr", text="b\n"),
+        figure,
+        stream("stream", name="stderr", text="c\n"),
+        stream("stream", name="stderr", text="d\n"),
+    ]
+    merged = execute_notebooks._merge_streams(mixed)
+    assert [(o["output_type"], o.get("text")) for o in merged] == [
+        ("stream", "a\n"),
+        ("stream", "b\n"),
+        ("display_data", None),
+        ("stream", "c\nd\n"),
+    ]

@@ -48,10 +48,33 @@ def _widget_ids(nb) -> list[str]:
     return ids
 
 
+def _merge_streams(outputs: list) -> list:
+    """Join consecutive stream outputs of the same name (stdout, stderr) into one.
+
+    The kernel flushes a stream on a timer, so one print() can arrive as two outputs
+    ("0.63", then a newline) when the machine is busy; the text is the same either way.
+    """
+    merged: list = []
+    for output in outputs:
+        previous = merged[-1] if merged else None
+        if (
+            output.get("output_type") == "stream"
+            and previous is not None
+            and previous.get("output_type") == "stream"
+            and previous.get("name") == output.get("name")
+        ):
+            previous["text"] = previous["text"] + output["text"]
+        else:
+            merged.append(output)
+    return merged
+
+
 def normalize(nb, name: str) -> str:
     """Return the notebook as text with every volatile detail made deterministic."""
     for cell in nb.cells:
         cell.metadata.pop("execution", None)
+        if cell.cell_type == "code":
+            cell.outputs = _merge_streams(cell.outputs)
     language_info = nb.metadata.get("language_info", {})
     language_info.pop("version", None)
     nb.metadata["kernelspec"] = dict(KERNELSPEC)
