@@ -152,12 +152,27 @@ def test_a_checkpoint_with_the_right_table_loads_and_keeps_the_formula():
         ({"pe": float32_table(50, 16)[:, [1, 0, *range(2, 16)]]}, r"differs .* by up to"),
         (tutorial_style_state(50, 8), r"not \(length, 16\)"),
         ({"pe": float32_table(50, 16).fill_(float("nan"))}, r"differs .* by up to nan"),
+        ({"pe": torch.zeros(16)}, r"not \(length, 16\)"),
     ],
 )
 def test_a_checkpoint_with_a_wrong_table_is_refused(state, message):
     module = pt.SinusoidalPositionalEncoding(16, max_len=100)
     with pytest.raises(RuntimeError, match=r"pe: .*" + message):
         module.load_state_dict(state)
+
+
+@pytest.mark.parametrize("shape", ["sequence-first", "batch-first", "flat"])
+def test_stored_tables_of_every_common_shape_are_checked(shape):
+    right, wrong = float32_table(40, 16), float32_table(40, 16, layout="concat")
+    arrange = {
+        "sequence-first": lambda t: t.unsqueeze(1),  # the PyTorch tutorial's (L, 1, d)
+        "batch-first": lambda t: t.unsqueeze(0),  # the Annotated Transformer's (1, L, d)
+        "flat": lambda t: t,
+    }[shape]
+    module = pt.SinusoidalPositionalEncoding(16, max_len=100)
+    module.load_state_dict({"pe": arrange(right)})
+    with pytest.raises(RuntimeError, match="differs"):
+        module.load_state_dict({"pe": arrange(wrong)})
 
 
 def test_a_nested_checkpoint_is_checked_under_its_prefix():

@@ -15,7 +15,8 @@ and chapters 1-6 do not.
 
 Inputs are ``(batch, length, d_model)`` when ``batch_first`` (the default) and
 ``(length, batch, d_model)`` otherwise; any other rank, or a last axis that is not
-``d_model``, raises ``ValueError`` naming both shapes.
+``d_model``, raises ``ValueError`` naming both shapes. (A 2-D tensor could be
+``(length, d_model)`` or ``(batch, d_model)``: the modules do not guess.)
 """
 
 from __future__ import annotations
@@ -171,13 +172,14 @@ class SinusoidalPositionalEncoding(_AddedPositionalEncoding):
         )
 
     def _stored_table_problem(self, stored: torch.Tensor) -> str | None:
-        # Tables saved by sequence-first code are (max_len, 1, d_model).
-        table = stored.detach().to("cpu", torch.float64).reshape(stored.shape[0], -1).numpy()
-        if table.shape[1] != self.d_model:
+        # Sequence-first code saves (max_len, 1, d_model), batch-first code (1, max_len,
+        # d_model): rows are the last axis either way.
+        if stored.dim() < 2 or stored.shape[-1] != self.d_model:
             return (
                 f"the stored table has shape {tuple(stored.shape)}, "
                 f"not (length, {self.d_model}) for d_model={self.d_model}"
             )
+        table = stored.detach().to("cpu", torch.float64).reshape(-1, self.d_model).numpy()
         expected = sinusoidal(table.shape[0], self.d_model, base=self.base)
         deviation = float(np.max(np.abs(table - expected), initial=0.0))
         tolerance = stored_table_tolerance(table.shape[0])
