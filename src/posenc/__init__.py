@@ -13,16 +13,22 @@ the benchmarks import these functions instead of re-typing them.
   product of the sinusoidal table (chapter 6).
 - :mod:`posenc.explorer` — chapter 6's interactive figure, live (ipywidgets) and
   static (HTML sliders). Import it by name: it needs matplotlib and ipywidgets.
+- :mod:`posenc.alternatives` — the alternatives that act inside
+  attention: RoPE, ALiBi, T5 buckets, Shaw et al.'s clipped offsets, and NoPE's
+  causal mask (chapter 8).
 - :mod:`posenc.block` — a Transformer encoder block in NumPy and the encoding added to
   its input, on the right axis (chapter 7).
 - :mod:`posenc.torch` — the sinusoidal and learned encodings as PyTorch modules and a
   small encoder that uses them (chapter 7). Import it by name: it needs PyTorch.
+- :mod:`posenc.experiments` — the length-generalization experiment of chapter 9 and
+  its small causal model. Import it by name: it needs PyTorch and tqdm.
 """
 
-from posenc import attention, block, implementations, properties
+from posenc import alternatives, attention, block, implementations, properties
 from posenc.encoding import layout_permutation, sinusoidal
 
 __all__ = [
+    "alternatives",
     "attention",
     "block",
     "implementations",

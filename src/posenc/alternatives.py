@@ -1,0 +1,263 @@
+"""The alternatives to the added sinusoid, in NumPy (chapter 8).
+
+Where the sinusoidal and learned tables are added to the input once, the methods
+here act inside attention:
+
+- :func:`rope` rotates queries and keys by an angle proportional to their position
+  (RoFormer, Su et al. 2021), so a query-key score depends only on their offset.
+- :func:`alibi_slopes` and :func:`alibi_bias` add a penalty proportional to the
+  distance to every score (ALiBi, Press et al. 2022).
+- :func:`t5_relative_position_bucket` and :func:`t5_bias` map an offset to one of a
+  few buckets, each with a learned scalar bias per head (T5, Raffel et al. 2020).
+- :func:`shaw_relative_index` clips offsets to ``[-k, k]`` and indexes learned
+  relative vectors (Shaw et al. 2018).
+- :func:`causal_mask` is all NoPE has: no encoding, only the causal mask
+  (Haviv et al. 2022; Kazemnejad et al. 2023).
+
+Offsets follow one convention throughout: ``relative_position = key - query``, so a
+key in the past has a negative offset.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from posenc._validation import (
+    broadcasts_into,
+    choice,
+    flag,
+    floating_array,
+    integer,
+    integer_array,
+    positive_finite,
+)
+from posenc.encoding import MAX_POSITION
+
+__all__ = [
+    "PAIRINGS",
+    "alibi_bias",
+    "alibi_slopes",
+    "causal_mask",
+    "rope",
+    "rope_frequencies",
+    "shaw_relative_index",
+    "t5_bias",
+    "t5_relative_position_bucket",
+]
+
+PAIRINGS = ("interleaved", "half")
+"""How :func:`rope` pairs features: (2i, 2i+1) as RoFormer writes it, or (i, i + d/2)."""
+
+
+def rope_frequencies(d: int, *, base: float = 10000.0) -> np.ndarray:
+    """The rotation speeds θ_i = base^(-2i/d), i = 0 .. d/2 - 1 (float64), for even ``d``."""
+    d = integer("d", d, minimum=2)
+    if d % 2:
+        raise ValueError(f"rope rotates pairs of features, so d must be even, got d={d}")
+    base = positive_finite("base", base)
+    return base ** (-np.arange(0, d, 2, dtype=np.float64) / d)
+
+
+def _positions(positions, shape: tuple[int, ...]) -> np.ndarray:
+    """Integer positions for ``x`` of ``shape`` (..., length, d), broadcast to shape[:-1]."""
+    length = shape[-2]
+    if positions is None:
+        return np.arange(length, dtype=np.int64)
+    array = integer_array("positions", positions, bound=MAX_POSITION)
+    if array.ndim < 1 or array.shape[-1] != length or not broadcasts_into(array.shape, shape[:-1]):
+        raise ValueError(
+            f"positions must have shape (..., length) broadcasting to {shape[:-1]} "
+            f"(x has shape {shape}), got {array.shape}"
+        )
+    return array
+
+
+def rope(x, positions=None, *, base: float = 10000.0, pairing: str = "interleaved"):
+    """Rotary position embedding: rotate each pair of features by position * θ_i.
+
+    Parameters
+    ----------
+    x : array (..., length, d), floating, d even
+        Queries or keys (one head's features on the last axis).
+    positions : int array (..., length), optional
+        The position of each row; default ``0 .. length - 1``. Leading axes may be
+        omitted or 1 (one set of positions for every batch element or head).
+    base : float
+        θ_i = base^(-2i/d), the sinusoidal table's frequencies.
+    pairing : "interleaved" or "half"
+        "interleaved" rotates (x_2i, x_2i+1), as RoFormer writes it;
+        "half" rotates (x_i, x_i+d/2), as GPT-NeoX's code arranges it (Meta's
+        LLaMA code pairs neighbours, the interleaved layout).
+        The two are the same map up to the fixed column permutation
+        :func:`posenc.layout_permutation`.
+
+    Returns
+    -------
+    array of the shape and dtype of ``x``. Pair i at position p becomes
+    (x0·cos(pθ_i) - x1·sin(pθ_i), x0·sin(pθ_i) + x1·cos(pθ_i)).
+    Angles are computed in float64 and rounded once to the dtype of ``x``.
+    """
+    x = floating_array("x", x, min_ndim=2)
+    d = x.shape[-1]
+    if d == 0 or d % 2:
+        raise ValueError(
+            f"rope rotates pairs of features, so the last axis of x must be even and > 0, "
+            f"got d={d} (x has shape {x.shape})"
+        )
+    pairing = choice("pairing", pairing, PAIRINGS)
+    theta = rope_frequencies(d, base=base)
+    angles = _positions(positions, x.shape)[..., None] * theta
+    cos, sin = np.cos(angles).astype(x.dtype), np.sin(angles).astype(x.dtype)
+    if pairing == "interleaved":
+        x0, x1 = x[..., 0::2], x[..., 1::2]
+    else:
+        x0, x1 = x[..., : d // 2], x[..., d // 2 :]
+    first, second = x0 * cos - x1 * sin, x0 * sin + x1 * cos
+    out = np.empty(np.broadcast_shapes(x.shape, (*cos.shape[:-1], d)), dtype=x.dtype)
+    if pairing == "interleaved":
+        out[..., 0::2], out[..., 1::2] = first, second
+    else:
+        out[..., : d // 2], out[..., d // 2 :] = first, second
+    return out
+
+
+def alibi_slopes(n_heads: int) -> np.ndarray:
+    """ALiBi's per-head slopes m_h (float64, shape ``(n_heads,)``), steepest first.
+
+    For n heads, n a power of two, the slopes are the geometric sequence
+    2^(-8/n), 2^(-16/n), ..., 2^(-8) (Press et al. 2022, section 3). For other n,
+    the paper's reference code takes the n' slopes of the largest power of two
+    n' <= n, then fills the remaining n - n' from the odd-numbered slopes of 2n'
+    (the first, third, fifth ...), which interleave with the first n'.
+    """
+    n_heads = integer("n_heads", n_heads, minimum=1)
+    power = 1 << (n_heads.bit_length() - 1)  # largest power of two <= n_heads
+    slopes = 2.0 ** (-8.0 * np.arange(1, power + 1) / power)
+    if power == n_heads:
+        return slopes
+    extra = 2.0 ** (-8.0 * np.arange(1, 2 * power + 1, 2) / (2 * power))
+    return np.concatenate([slopes, extra[: n_heads - power]])
+
+
+def _lengths(q_len, k_len) -> tuple[int, int]:
+    q_len = integer("q_len", q_len, minimum=1, maximum=MAX_POSITION)
+    k_len = q_len if k_len is None else integer("k_len", k_len, minimum=1, maximum=MAX_POSITION)
+    if k_len < q_len:
+        raise ValueError(
+            "the queries are the last q_len of the k_len positions, so k_len must be at "
+            f"least q_len, got q_len={q_len}, k_len={k_len}"
+        )
+    return q_len, k_len
+
+
+def _offsets(q_len: int, k_len: int) -> np.ndarray:
+    """key - query for every (query, key); queries sit at the last q_len positions."""
+    queries = np.arange(k_len - q_len, k_len)
+    return np.arange(k_len)[None, :] - queries[:, None]
+
+
+def causal_mask(q_len: int, k_len: int | None = None) -> np.ndarray:
+    """Boolean (q_len, k_len): True where a query may see a key (the key is not later).
+
+    With ``k_len > q_len`` the queries are the last ``q_len`` positions (a model
+    continuing a cached prefix). This is the only positional signal NoPE has.
+    """
+    q_len, k_len = _lengths(q_len, k_len)
+    return _offsets(q_len, k_len) <= 0
+
+
+def alibi_bias(n_heads: int, q_len: int, k_len: int | None = None, *, causal: bool = True):
+    """ALiBi's additive attention bias, float64 of shape ``(n_heads, q_len, k_len)``.
+
+    Entry [h, i, j] is -m_h·(i - j) for a key at or before the query; a future key
+    gets -inf when ``causal`` and -m_h·|i - j| otherwise. Queries sit at the last
+    ``q_len`` of the ``k_len`` positions. Add it to the scaled scores, e.g. as
+    ``bias=`` of :func:`posenc.attention.scaled_dot_product_attention`.
+    """
+    slopes = alibi_slopes(n_heads)
+    q_len, k_len = _lengths(q_len, k_len)
+    causal = flag("causal", causal)
+    offsets = _offsets(q_len, k_len)
+    bias = slopes[:, None, None] * -np.abs(offsets)  # int negation: no -0.0
+    if causal:
+        bias = np.where(offsets > 0, -np.inf, bias)
+    return bias
+
+
+def t5_relative_position_bucket(
+    relative_position, *, bidirectional: bool = True, num_buckets: int = 32, max_distance: int = 128
+):
+    """T5's bucket for each offset ``relative_position = key - query`` (int64, same shape).
+
+    With ``bidirectional``, half the buckets are for keys in the past (or the query
+    itself) and half, shifted by num_buckets/2, for keys in the future; otherwise all
+    buckets describe the past and every future key shares bucket 0. Within a
+    direction, with b buckets, distances below b/2 each get their own bucket;
+    larger ones are spread logarithmically up to ``max_distance`` and everything
+    at or beyond it shares the last bucket (Raffel et al. 2020, section 2.1).
+    """
+    bidirectional = flag("bidirectional", bidirectional)
+    num_buckets = integer("num_buckets", num_buckets, minimum=4 if bidirectional else 2)
+    max_distance = integer("max_distance", max_distance, minimum=1)
+    offsets = integer_array("relative_position", relative_position, bound=MAX_POSITION)
+    buckets = np.zeros(offsets.shape, dtype=np.int64)
+    distance = -offsets  # how far back the key is
+    if bidirectional:
+        num_buckets //= 2
+        buckets += np.where(distance < 0, num_buckets, 0)
+        distance = np.abs(distance)
+    else:
+        distance = np.maximum(distance, 0)
+    exact = num_buckets // 2
+    if max_distance <= exact:
+        raise ValueError(
+            f"max_distance must exceed the {exact} exactly-bucketed distances, "
+            f"got max_distance={max_distance} with num_buckets={num_buckets}"
+        )
+    with np.errstate(divide="ignore"):  # log(0) for the small distances, discarded below
+        scaled = np.log(distance / exact) / math.log(max_distance / exact)
+    logarithmic = exact + np.floor(np.maximum(scaled, 0.0) * (num_buckets - exact))
+    logarithmic = np.minimum(logarithmic, num_buckets - 1).astype(np.int64)
+    buckets += np.where(distance < exact, distance, logarithmic)
+    return buckets
+
+
+def t5_bias(
+    table,
+    q_len: int,
+    k_len: int | None = None,
+    *,
+    bidirectional: bool = True,
+    max_distance: int = 128,
+):
+    """T5's attention bias from a learned ``table`` of shape (num_buckets, n_heads).
+
+    Returns float (n_heads, q_len, k_len): entry [h, i, j] is
+    ``table[bucket(j - i), h]``. Queries sit at the last ``q_len`` positions.
+    """
+    table = floating_array("table", table)
+    if table.ndim != 2:
+        raise ValueError(f"table must have shape (num_buckets, n_heads), got {table.shape}")
+    q_len, k_len = _lengths(q_len, k_len)
+    buckets = t5_relative_position_bucket(
+        _offsets(q_len, k_len),
+        bidirectional=bidirectional,
+        num_buckets=table.shape[0],
+        max_distance=max_distance,
+    )
+    return np.moveaxis(table[buckets], -1, 0)
+
+
+def shaw_relative_index(q_len: int, k_len: int | None = None, *, max_distance: int):
+    """Shaw et al.'s clipped offsets as row indices into a (2k+1)-row table.
+
+    Returns int64 (q_len, k_len): clip(j - i, -k, k) + k with k = ``max_distance``,
+    so row k is the query itself, rows below it the past, rows above the future.
+    Every offset beyond k shares the edge row: the model cannot tell distances
+    greater than k apart (Shaw et al. 2018, section 3.2).
+    """
+    max_distance = integer("max_distance", max_distance, minimum=0)
+    q_len, k_len = _lengths(q_len, k_len)
+    return np.clip(_offsets(q_len, k_len), -max_distance, max_distance) + max_distance
