@@ -1,0 +1,170 @@
+"""A small causal language model with a pluggable positional method (chapter 9).
+
+``CausalLanguageModel(..., encoding=...)`` is a pre-norm decoder-only Transformer
+whose only difference between variants is where position enters:
+
+- ``"none"``: nothing; the causal mask is the only positional signal (NoPE).
+- ``"sinusoidal"`` / ``"learned"``: a table added to the scaled token embeddings,
+  by :mod:`posenc.torch`'s modules (a learned table has ``max_len`` rows; rows past
+  the training length are never updated).
+- ``"rope"``: queries and keys of every layer rotated as :func:`posenc.alternatives.rope`
+  (interleaved pairs).
+- ``"alibi"``: :func:`posenc.alternatives.alibi_bias` added to every layer's scores.
+- ``"t5"``: a learned scalar per (bucket, head), shared by all layers, indexed by
+  :func:`posenc.alternatives.t5_relative_position_bucket` (unidirectional, as in a
+  decoder).
+
+The position-dependent tables (RoPE angles, ALiBi and T5 bucket indices) come from
+the NumPy functions of :mod:`posenc.alternatives`, so the model uses the tested
+definitions rather than a second copy of them.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from posenc._validation import choice, integer
+from posenc.alternatives import (
+    alibi_bias,
+    causal_mask,
+    rope_frequencies,
+    t5_relative_position_bucket,
+)
+from posenc.torch import LearnedPositionalEncoding, SinusoidalPositionalEncoding
+
+__all__ = ["ENCODINGS", "CausalLanguageModel", "apply_rope"]
+
+ENCODINGS = ("none", "sinusoidal", "learned", "rope", "alibi", "t5")
+T5_BUCKETS = 32
+T5_MAX_DISTANCE = 128
+
+
+def apply_rope(x: torch.Tensor, *, base: float = 10000.0) -> torch.Tensor:
+    """Rotate (..., length, d) at positions 0 .. length - 1, as ``posenc.alternatives.rope``.
+
+    The angles are computed in float64 by NumPy and rounded once to the dtype of ``x``.
+    """
+    length, d = x.shape[-2], x.shape[-1]
+    angles = np.arange(length)[:, None] * rope_frequencies(d, base=base)
+    cos = torch.from_numpy(np.cos(angles)).to(dtype=x.dtype, device=x.device)
+    sin = torch.from_numpy(np.sin(angles)).to(dtype=x.dtype, device=x.device)
+    x0, x1 = x[..., 0::2], x[..., 1::2]
+    return torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1).flatten(-2)
+
+
+class _Attention(nn.Module):
+    def __init__(self, d_model: int, n_heads: int, encoding: str):
+        super().__init__()
+        self.n_heads, self.encoding = n_heads, encoding
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.out = nn.Linear(d_model, d_model)
+
+    def forward(self, x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        batch, length, d_model = x.shape
+        q, k, v = self.qkv(x).view(batch, length, 3, self.n_heads, -1).permute(2, 0, 3, 1, 4)
+        if self.encoding == "rope":
+            q, k = apply_rope(q), apply_rope(k)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+        return self.out(y.transpose(1, 2).reshape(batch, length, d_model))
+
+
+class _Block(nn.Module):
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, encoding: str):
+        super().__init__()
+        self.norm_1, self.norm_2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+        self.attention = _Attention(d_model, n_heads, encoding)
+        self.feed_forward = nn.Sequential(
+            nn.Linear(d_model, d_ff), nn.GELU(), nn.Linear(d_ff, d_model)
+        )
+
+    def forward(self, x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        x = x + self.attention(self.norm_1(x), bias)
+        return x + self.feed_forward(self.norm_2(x))
+
+
+class CausalLanguageModel(nn.Module):
+    """Tokens (batch, length) -> next-step logits (batch, length, vocab_size).
+
+    Parameters
+    ----------
+    vocab_size, d_model, n_heads, n_layers, d_ff : ints
+        d_model must be a multiple of n_heads, and d_model / n_heads even for RoPE.
+    encoding : one of :data:`ENCODINGS`
+    max_len : int
+        Rows of the learned table (the longest sequence "learned" accepts); the
+        other methods take any length.
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        d_model: int = 64,
+        n_heads: int = 4,
+        n_layers: int = 2,
+        *,
+        encoding: str = "none",
+        d_ff: int | None = None,
+        max_len: int = 1024,
+    ):
+        super().__init__()
+        self.vocab_size = integer("vocab_size", vocab_size, minimum=1)
+        self.d_model = integer("d_model", d_model, minimum=1)
+        self.n_heads = integer("n_heads", n_heads, minimum=1)
+        n_layers = integer("n_layers", n_layers, minimum=1)
+        d_ff = 4 * self.d_model if d_ff is None else integer("d_ff", d_ff, minimum=1)
+        self.encoding = choice("encoding", encoding, ENCODINGS)
+        self.max_len = integer("max_len", max_len, minimum=1)
+        if self.d_model % self.n_heads:
+            raise ValueError(f"d_model={d_model} must be a multiple of n_heads={n_heads}")
+        if encoding == "rope" and (self.d_model // self.n_heads) % 2:
+            raise ValueError(
+                f"rope needs an even head size, got d_model / n_heads = {d_model // n_heads}"
+            )
+        self.embedding = nn.Embedding(vocab_size, d_model)
+        nn.init.normal_(self.embedding.weight, std=1 / math.sqrt(d_model))
+        self.position: nn.Module | None = None
+        if encoding == "sinusoidal":
+            self.position = SinusoidalPositionalEncoding(d_model, max_len=max_len)
+        elif encoding == "learned":
+            self.position = LearnedPositionalEncoding(d_model, max_len=max_len)
+        self.t5_table = nn.Parameter(torch.zeros(T5_BUCKETS, n_heads)) if encoding == "t5" else None
+        self.blocks = nn.ModuleList(
+            _Block(d_model, n_heads, d_ff, encoding) for _ in range(n_layers)
+        )
+        self.norm = nn.LayerNorm(d_model)
+        self.head = nn.Linear(d_model, vocab_size)
+
+    def attention_bias(self, length: int) -> torch.Tensor:
+        """The additive (n_heads or 1, length, length) bias every layer adds to its scores."""
+        device = self.embedding.weight.device
+        if self.encoding == "alibi":
+            return torch.from_numpy(alibi_bias(self.n_heads, length)).float().to(device)
+        mask = torch.from_numpy(causal_mask(length)).to(device)
+        causal = torch.zeros(length, length, device=device).masked_fill(~mask, -math.inf)
+        if self.encoding != "t5":
+            return causal[None]
+        offsets = np.arange(length)[None, :] - np.arange(length)[:, None]
+        buckets = t5_relative_position_bucket(
+            offsets, bidirectional=False, num_buckets=T5_BUCKETS, max_distance=T5_MAX_DISTANCE
+        )
+        table = self.t5_table[torch.from_numpy(buckets).to(device)]  # (length, length, heads)
+        return table.permute(2, 0, 1) + causal
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2 or tokens.is_floating_point():
+            raise ValueError(
+                f"tokens must be an integer tensor of shape (batch, length), got "
+                f"{getattr(tokens, 'shape', type(tokens).__name__)}"
+            )
+        x = self.embedding(tokens) * math.sqrt(self.d_model)
+        if self.position is not None:
+            x = self.position(x)
+        bias = self.attention_bias(tokens.shape[1])
+        for block in self.blocks:
+            x = block(x, bias)
+        return self.head(self.norm(x))

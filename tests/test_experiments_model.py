@@ -1,0 +1,145 @@
+"""posenc.experiments.model: the causal model whose attention takes the positional method."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from posenc import sinusoidal  # noqa: E402
+from posenc.alternatives import alibi_bias, rope, t5_relative_position_bucket  # noqa: E402
+from posenc.experiments.model import ENCODINGS, CausalLanguageModel, apply_rope  # noqa: E402
+
+
+def _model(encoding, **kwargs):
+    torch.manual_seed(0)
+    options = {"d_model": 16, "n_heads": 2, "n_layers": 2, "max_len": 64, **kwargs}
+    return CausalLanguageModel(11, encoding=encoding, **options).eval()
+
+
+def _tokens(length, batch=2, seed=0):
+    return torch.randint(0, 11, (batch, length), generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_apply_rope_equals_the_numpy_definition(dtype):
+    x = np.random.default_rng(0).standard_normal((2, 3, 40, 8))
+    expected = rope(x)
+    got = apply_rope(torch.from_numpy(x).to(dtype)).double().numpy()
+    np.testing.assert_allclose(got, expected, atol=1e-12 if dtype == torch.float64 else 1e-5)
+
+
+def test_attention_bias_alibi_is_the_numpy_bias():
+    model = _model("alibi")
+    bias = model.attention_bias(9).numpy()
+    assert np.array_equal(bias, alibi_bias(2, 9).astype(np.float32))
+
+
+def test_attention_bias_t5_looks_up_the_shared_table_and_stays_causal():
+    model = _model("t5")
+    with torch.no_grad():
+        model.t5_table.copy_(torch.arange(64.0).view(32, 2))
+    bias = model.attention_bias(40).detach().numpy()
+    offsets = np.arange(40)[None, :] - np.arange(40)[:, None]
+    buckets = t5_relative_position_bucket(offsets, bidirectional=False)
+    past = offsets <= 0
+    for h in range(2):
+        assert np.array_equal(bias[h][past], (2 * buckets + h)[past].astype(np.float32))
+        assert np.all(bias[h][~past] == -np.inf)
+
+
+@pytest.mark.parametrize("encoding", ["none", "sinusoidal", "learned", "rope"])
+def test_attention_bias_without_biases_is_the_causal_mask(encoding):
+    bias = _model(encoding).attention_bias(5)[0].numpy()
+    assert np.array_equal(np.isinf(bias), np.triu(np.ones((5, 5), bool), 1))
+    assert np.all(bias[np.tril(np.ones((5, 5), bool))] == 0)
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_the_model_is_causal(encoding):
+    model = _model(encoding)
+    tokens = _tokens(12)
+    changed = tokens.clone()
+    changed[:, 8:] = (changed[:, 8:] + 1) % 11
+    with torch.no_grad():
+        a, b = model(tokens), model(changed)
+    assert a.shape == (2, 12, 11)
+    torch.testing.assert_close(a[:, :8], b[:, :8], atol=1e-5, rtol=0)
+    assert (a[:, 8:] - b[:, 8:]).abs().max() > 1e-3
+
+
+def _last_output_after_shuffling_the_prefix(encoding):
+    """One layer: the last position's output for a sequence and for its prefix reversed."""
+    model = _model(encoding, n_layers=1)
+    with torch.no_grad():
+        if encoding == "t5":
+            model.t5_table.normal_()
+        tokens = torch.arange(10)[None]
+        shuffled = torch.cat([tokens[:, :9].flip(1), tokens[:, 9:]], dim=1)
+        return model(tokens)[0, -1], model(shuffled)[0, -1]
+
+
+def test_without_an_encoding_the_last_query_sees_its_prefix_as_a_set():
+    a, b = _last_output_after_shuffling_the_prefix("none")
+    torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("encoding", ["sinusoidal", "learned", "rope", "alibi", "t5"])
+def test_every_encoding_but_none_tells_the_order_of_the_prefix(encoding):
+    a, b = _last_output_after_shuffling_the_prefix(encoding)
+    assert (a - b).abs().max() > 1e-3
+
+
+def test_parameter_counts_differ_only_by_the_positional_parameters():
+    count = {e: sum(p.numel() for p in _model(e).parameters()) for e in ENCODINGS}
+    base = count["none"]
+    assert count["sinusoidal"] == count["rope"] == count["alibi"] == base
+    assert count["learned"] == base + 64 * 16
+    assert count["t5"] == base + 32 * 2
+
+
+def test_learned_refuses_sequences_past_its_table_and_others_do_not():
+    with pytest.raises(ValueError, match="max_len"):
+        _model("learned", max_len=8)(_tokens(9))
+    for encoding in ("none", "sinusoidal", "rope", "alibi", "t5"):
+        assert _model(encoding, max_len=8)(_tokens(9)).shape == (2, 9, 11)
+
+
+def test_embedding_starts_at_unit_rms_length_before_the_scale():
+    model = _model("none", d_model=256, n_heads=4)
+    rms = model.embedding.weight.pow(2).sum(dim=1).mean().sqrt().item()
+    assert math.isclose(rms, 1.0, rel_tol=0.1)
+
+
+@pytest.mark.parametrize("encoding", ["none", "sinusoidal", "learned"])
+def test_the_first_block_gets_scaled_embeddings_plus_the_added_table(encoding):
+    model = _model(encoding)
+    seen = []
+    model.blocks[0].register_forward_pre_hook(lambda module, args: seen.append(args[0]))
+    tokens = _tokens(7)
+    with torch.no_grad():
+        model(tokens)
+        expected = model.embedding.weight[tokens] * 4.0  # sqrt(d_model = 16)
+        if encoding == "sinusoidal":
+            expected = expected + torch.from_numpy(sinusoidal(7, 16, dtype=np.float32))
+        if encoding == "learned":
+            expected = expected + model.position.table[:7]
+    torch.testing.assert_close(seen[0], expected, atol=1e-6, rtol=0)
+
+
+def test_model_refuses_bad_arguments():
+    with pytest.raises(ValueError, match="encoding must be one of"):
+        CausalLanguageModel(5, encoding="relative")
+    with pytest.raises(ValueError, match=r"d_model=10 must be a multiple of n_heads=4"):
+        CausalLanguageModel(5, 10, 4)
+    with pytest.raises(ValueError, match=r"rope needs an even head size, got .* = 3"):
+        CausalLanguageModel(5, 12, 4, encoding="rope")
+    with pytest.raises(TypeError, match="n_layers must be an integer"):
+        CausalLanguageModel(5, n_layers=2.0)
+    with pytest.raises(ValueError, match=r"tokens must be an integer tensor of shape \(batch"):
+        _model("none")(torch.zeros(2, 5))
+    with pytest.raises(ValueError, match=r"tokens must be an integer tensor"):
+        _model("none")(torch.zeros(5, dtype=torch.long))
