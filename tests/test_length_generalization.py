@@ -66,9 +66,20 @@ def test_evaluate_separates_the_positions_past_the_training_length():
 
 def test_held_out_data_depend_only_on_the_length():
     config = lg.QUICK
-    a = lg.make_batch(torch.Generator().manual_seed(5), 3, 8, config.vocab_size)
-    b = lg.make_batch(torch.Generator().manual_seed(5), 3, 8, config.vocab_size)
-    assert torch.equal(a, b) and a.dtype == torch.int64 and a.max() < config.vocab_size
+    a, b = lg.held_out_batch(16, config), lg.held_out_batch(16, config)
+    assert torch.equal(a, b) and a.dtype == torch.int64
+    assert a.shape == (config.eval_batch, 16) and 0 <= a.min() and a.max() < config.vocab_size
+    assert not torch.equal(lg.held_out_batch(32, config)[:, :16], a)
+    training = lg.make_batch(torch.Generator().manual_seed(0), config.eval_batch, 16, 16)
+    assert not torch.equal(training, a)
+
+
+def test_training_is_reproducible_from_the_seed():
+    config = dataclasses.replace(lg.QUICK, steps=3)
+    a, b, c = lg.train("t5", 0, config), lg.train("t5", 0, config), lg.train("t5", 1, config)
+    for name, x in a.state_dict().items():
+        assert torch.equal(x, b.state_dict()[name]), name
+    assert not torch.equal(a.head.weight, c.head.weight)
 
 
 def test_training_learns_the_task_a_little_even_in_a_short_run():

@@ -40,11 +40,13 @@ from posenc.experiments.model import ENCODINGS, CausalLanguageModel
 
 __all__ = [
     "FULL",
+    "HELD_OUT_SEED",
     "POSITION_FIELDS",
     "QUICK",
     "RESULT_FIELDS",
     "Config",
     "evaluate",
+    "held_out_batch",
     "main",
     "make_batch",
     "run",
@@ -77,6 +79,7 @@ class Config:
     steps: int = 1500
     batch_size: int = 32
     learning_rate: float = 3e-3
+    weight_decay: float = 0.0
     eval_batch: int = 256
     seeds: tuple[int, ...] = (0, 1, 2)
     encodings: tuple[str, ...] = ENCODINGS
@@ -105,6 +108,21 @@ def make_batch(generator: torch.Generator, batch: int, length: int, vocab_size: 
     return torch.randint(0, vocab_size, (batch, length), generator=generator)
 
 
+HELD_OUT_SEED = 1_000_000
+"""The held-out sequences of length L are drawn from a generator seeded HELD_OUT_SEED + L."""
+
+
+def held_out_batch(eval_len: int, config: Config = FULL) -> torch.Tensor:
+    """The ``config.eval_batch`` held-out sequences of ``eval_len`` every model is scored on.
+
+    They depend only on the length (and the vocabulary), never on the model or its seed;
+    training batches come from generators seeded with the training seed (0, 1, 2 ...),
+    far below HELD_OUT_SEED.
+    """
+    generator = torch.Generator().manual_seed(HELD_OUT_SEED + eval_len)
+    return make_batch(generator, config.eval_batch, eval_len, config.vocab_size)
+
+
 def _scored(model: CausalLanguageModel, tokens: torch.Tensor, lag: int):
     """Per-token loss and correctness at positions lag .. length - 1."""
     logits = model(tokens)[:, lag:]
@@ -124,7 +142,9 @@ def train(encoding: str, seed: int, config: Config = FULL) -> CausalLanguageMode
         encoding=encoding,
         max_len=max(config.eval_lens),
     )
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate, weight_decay=0.0)
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay
+    )
     data = torch.Generator().manual_seed(seed)
     model.train()
     for _ in range(config.steps):
@@ -143,12 +163,7 @@ def evaluate(model: CausalLanguageModel, eval_len: int, config: Config = FULL):
     Returns (loss, accuracy, accuracy at positions >= train_len or NaN, per-position
     accuracy as a list indexed by position, NaN for the first ``lag`` positions).
     """
-    tokens = make_batch(
-        torch.Generator().manual_seed(1_000_000 + eval_len),
-        config.eval_batch,
-        eval_len,
-        config.vocab_size,
-    )
+    tokens = held_out_batch(eval_len, config)
     with torch.no_grad():
         loss, correct = _scored(model, tokens, config.lag)
     correct = correct.float()
