@@ -139,7 +139,9 @@ def test_model_refuses_bad_arguments():
         CausalLanguageModel(5, 12, 4, encoding="rope")
     with pytest.raises(TypeError, match="n_layers must be an integer"):
         CausalLanguageModel(5, n_layers=2.0)
-    with pytest.raises(ValueError, match=r"tokens must be an integer tensor of shape \(batch"):
+    with pytest.raises(TypeError, match=r"tokens must be an int32 or int64 tensor"):
         _model("none")(torch.zeros(2, 5))
-    with pytest.raises(ValueError, match=r"tokens must be an integer tensor"):
+    with pytest.raises(ValueError, match=r"tokens must have shape \(batch, length\)"):
         _model("none")(torch.zeros(5, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"token ids must lie in \[0, 11\)"):
+        _model("none")(torch.full((1, 4), 11))

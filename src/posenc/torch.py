@@ -35,6 +35,7 @@ __all__ = [
     "LearnedPositionalEncoding",
     "SinusoidalPositionalEncoding",
     "TransformerWithPositionalEncoding",
+    "check_tokens",
     "stored_table_tolerance",
 ]
 
@@ -53,6 +54,20 @@ def stored_table_tolerance(length: int) -> float:
     0.098 at two rows).
     """
     return 1e-3 + 4 * 2.0**-24 * max(length - 1, 0)
+
+
+def check_tokens(tokens, vocab_size: int) -> None:
+    """Raise unless ``tokens`` is an int32/int64 tensor (batch, length) of ids < vocab_size."""
+    if not isinstance(tokens, torch.Tensor) or tokens.dtype not in (torch.int32, torch.int64):
+        kind = getattr(tokens, "dtype", type(tokens).__name__)
+        raise TypeError(f"tokens must be an int32 or int64 tensor of ids, got {kind}")
+    if tokens.dim() != 2:
+        raise ValueError(f"tokens must have shape (batch, length), got {tuple(tokens.shape)}")
+    if tokens.numel() and (tokens.min() < 0 or tokens.max() >= vocab_size):
+        raise ValueError(
+            f"token ids must lie in [0, {vocab_size}), got ids from "
+            f"{int(tokens.min())} to {int(tokens.max())}"
+        )
 
 
 class _AddedPositionalEncoding(nn.Module):
@@ -283,16 +298,7 @@ class TransformerWithPositionalEncoding(nn.Module):
         self.encoder = nn.TransformerEncoder(layer, n_layers, enable_nested_tensor=False)
 
     def forward(self, tokens: torch.Tensor, *, causal=False) -> torch.Tensor:
-        if not isinstance(tokens, torch.Tensor) or tokens.dtype not in (torch.int32, torch.int64):
-            kind = getattr(tokens, "dtype", type(tokens).__name__)
-            raise TypeError(f"tokens must be an int32 or int64 tensor of ids, got {kind}")
-        if tokens.dim() != 2:
-            raise ValueError(f"tokens must have shape (batch, length), got {tuple(tokens.shape)}")
-        if tokens.numel() and (tokens.min() < 0 or tokens.max() >= self.vocab_size):
-            raise ValueError(
-                f"token ids must lie in [0, {self.vocab_size}), got ids from "
-                f"{int(tokens.min())} to {int(tokens.max())}"
-            )
+        check_tokens(tokens, self.vocab_size)
         x = self.position(self.embedding(tokens) * self.scale)
         mask = None
         if flag("causal", causal):

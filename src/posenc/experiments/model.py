@@ -35,7 +35,7 @@ from posenc.alternatives import (
     rope_frequencies,
     t5_relative_position_bucket,
 )
-from posenc.torch import LearnedPositionalEncoding, SinusoidalPositionalEncoding
+from posenc.torch import LearnedPositionalEncoding, SinusoidalPositionalEncoding, check_tokens
 
 __all__ = ["ENCODINGS", "CausalLanguageModel", "apply_rope"]
 
@@ -156,11 +156,7 @@ class CausalLanguageModel(nn.Module):
         return table.permute(2, 0, 1) + causal
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2 or tokens.is_floating_point():
-            raise ValueError(
-                f"tokens must be an integer tensor of shape (batch, length), got "
-                f"{getattr(tokens, 'shape', type(tokens).__name__)}"
-            )
+        check_tokens(tokens, self.vocab_size)
         x = self.embedding(tokens) * math.sqrt(self.d_model)
         if self.position is not None:
             x = self.position(x)
