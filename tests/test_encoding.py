@@ -16,6 +16,7 @@ from posenc.encoding import layout_permutation, sinusoidal
 # Every public function that builds a table takes the same arguments.
 BUILDERS = [
     sinusoidal,
+    implementations.angle_addition,
     implementations.naive_loops,
     implementations.vectorized,
     implementations.log_space,
@@ -69,12 +70,20 @@ def test_start_shifts_the_rows():
     np.testing.assert_array_equal(sinusoidal(15, 10, start=25), whole[25:])
 
 
-def test_low_precision_tables_are_the_float64_table_rounded_once():
-    high = sinusoidal(8, 16, start=100_000)
-    for dtype in (np.float16, np.float32):
-        np.testing.assert_array_equal(
-            sinusoidal(8, 16, start=100_000, dtype=dtype), high.astype(dtype)
-        )
+def test_float16_and_longdouble_tables_are_the_float64_table_rounded_once():
+    high = sinusoidal(300, 16, start=100_000)
+    for dtype in (np.float16, np.longdouble):
+        table = sinusoidal(300, 16, start=100_000, dtype=dtype)
+        assert table.dtype == dtype
+        np.testing.assert_array_equal(table, high.astype(dtype))
+
+
+def test_float32_tables_stay_within_four_float32_roundings_of_the_float64_table():
+    high = sinusoidal(300, 16, start=100_000)
+    table = sinusoidal(300, 16, start=100_000, dtype=np.float32)
+    assert table.dtype == np.float32
+    gap = np.abs(table - high).max()
+    assert 0 < gap <= 4 * 2.0**-24
 
 
 @pytest.mark.parametrize(

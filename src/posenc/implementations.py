@@ -8,6 +8,9 @@ formula; they differ in how, and in which dtype the arithmetic happens:
   with the frequencies in the power form ``1 / base**(2i/d)``; arithmetic in ``dtype``.
 - :func:`log_space` (chapter 5): the same, with the frequencies written
   ``exp(2i * -ln(base) / d)`` (the ``div_term`` of many code bases); arithmetic in ``dtype``.
+- :func:`angle_addition` (chapter 10): sin and cos in float64 only for the digits of
+  each position, every row a complex product of two of them; what
+  :func:`posenc.sinusoidal` uses.
 
 The two vectorized variants compute in ``dtype`` on purpose: chapter 5 measures what
 that costs. In float16, positions above 65504 overflow to infinity and their rows
@@ -21,7 +24,22 @@ import math
 
 import numpy as np
 
-from posenc.encoding import _arrange, _fill_from_angles, table_spec
+from posenc import fast
+from posenc.encoding import _arrange, table_spec
+
+
+def _fill_from_angles(angles: np.ndarray, d_model: int, dtype: np.dtype) -> np.ndarray:
+    """An interleaved table from the (length, pairs) angles: sin in even, cos in odd columns.
+
+    The sines and cosines are computed into fresh contiguous arrays and then copied
+    into their columns, exactly as the chapters' code does. (Writing them straight into
+    the strided columns with ``out=`` saves one temporary, see chapter 4, but NumPy
+    may then take another code path, which on some processors rounds differently.)
+    """
+    table = np.empty((angles.shape[0], d_model), dtype=dtype)
+    table[:, 0::2] = np.sin(angles)
+    table[:, 1::2] = np.cos(angles[:, : d_model // 2])
+    return table
 
 
 def naive_loops(
@@ -72,3 +90,11 @@ def log_space(
     two_i = np.arange(0, spec.d_model, 2, dtype=spec.dtype)
     div_term = np.exp(two_i * (-np.log(_base_in_dtype(spec)) / spec.d_model))
     return _broadcast(spec, div_term)
+
+
+def angle_addition(
+    length, d_model, *, base=10000.0, start=0, dtype=np.float64, layout="interleaved"
+) -> np.ndarray:
+    """Rows as products of exact block starts and exact offsets (:mod:`posenc.fast`)."""
+    spec = table_spec(length, d_model, base=base, start=start, dtype=dtype, layout=layout)
+    return fast.table(spec)
