@@ -50,7 +50,7 @@ class Frame(NamedTuple):
     d_model: int
     base: float
     dtype: np.dtype
-    table: np.ndarray  # sinusoidal(length, d_model, base=base, dtype=dtype)
+    table: np.ndarray  # sinusoidal(length, d_model, base=base), rounded to dtype
     reference: int  # the position every other one is compared with: length // 2
     offsets: np.ndarray  # k = p - reference for every row p
     similarity: np.ndarray  # cosine of the angle between rows reference and reference + k
@@ -86,8 +86,8 @@ def _check(d_model, length, base, dtype) -> tuple[int, int, float, np.dtype]:
 def frame(d_model=64, length=128, base=10000.0, dtype="float64") -> Frame:
     """Compute one picture's numbers; arguments are checked as the controls limit them."""
     d_model, length, base, dtype = _check(d_model, length, base, dtype)
-    table = sinusoidal(length, d_model, base=base, dtype=dtype)
     exact = sinusoidal(length, d_model, base=base)
+    table = exact.astype(dtype)  # the float64 table rounded once, as the text says
     reference = length // 2
     rows = table.astype(np.float64)
     norms = np.linalg.norm(rows, axis=1)
