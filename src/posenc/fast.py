@@ -67,6 +67,22 @@ def _digits(values: np.ndarray, base: int):
     return high_run, low_run, high - high_first, low - low_first
 
 
+def _run_digits(first: int, last: int, base: int):
+    """:func:`_digits` of the run ``first, first + 1, ..., last``, without searching it."""
+    high_first, high_last = first // base, last // base
+    if high_first == high_last:
+        low_first, low_last = first % base, last % base
+    else:
+        low_first, low_last = 0, base - 1
+    values = np.arange(first, last + 1)
+    return (
+        np.arange(high_first, high_last + 1),
+        np.arange(low_first, low_last + 1),
+        values // base - high_first,
+        values % base - low_first,
+    )
+
+
 def _rows_product(turns: np.ndarray, start: np.ndarray, out: np.ndarray) -> None:
     """``out = turns * start``: rows of offset turns times one block start, (n, P) * (P,).
 
@@ -91,15 +107,16 @@ def _factors(spec, ctype) -> tuple[np.ndarray, np.ndarray, list[tuple[int, int, 
     first, last = spec.start, spec.start + spec.length
     q_first, q_last = first // BLOCK, (last - 1) // BLOCK
     every_offset = spec.length >= BLOCK
-    offsets = np.arange(BLOCK) if every_offset else np.arange(first, last) % BLOCK
-    block_indices = np.arange(q_first, q_last + 1)
 
     # Exact sin and cos, in one call, for the two digits of every offset and of every
     # block index: r = SPLIT * h + l and q = SPLIT * g + m, so that
     # turn(r) = turn(SPLIT * h) * turn(l) and
     # pair(BLOCK * q) = pair(BLOCK * SPLIT * g) * turn(BLOCK * m).
-    hs, ls, h_at, l_at = _digits(offsets, SPLIT)
-    gs, ms, g_at, m_at = _digits(block_indices, SPLIT)
+    if every_offset:
+        hs, ls, h_at, l_at = _run_digits(0, BLOCK - 1, SPLIT)
+    else:
+        hs, ls, h_at, l_at = _digits(np.arange(first, last) % BLOCK, SPLIT)
+    gs, ms, g_at, m_at = _run_digits(q_first, q_last, SPLIT)
     values = np.concatenate([SPLIT * hs, ls, BLOCK * SPLIT * gs, BLOCK * ms])
     exact = _exact(values, spec.frequencies)
     h_turns, l_turns = exact[: hs.size], exact[hs.size : hs.size + ls.size]
@@ -113,7 +130,7 @@ def _factors(spec, ctype) -> tuple[np.ndarray, np.ndarray, list[tuple[int, int, 
     turns = (h_turns[h_at] * l_turns[l_at]).astype(ctype)
 
     blocks, row = [], 0
-    for k, q in enumerate(block_indices.tolist()):
+    for k, q in enumerate(range(q_first, q_last + 1)):
         r_from, r_to = max(first - q * BLOCK, 0), min(last - q * BLOCK, BLOCK)
         blocks.append((k, row, r_from if every_offset else row, r_to - r_from))
         row += r_to - r_from
