@@ -13,7 +13,7 @@ export JUPYTER_PATH := $(CURDIR)/$(VENV)/share/jupyter
 export JUPYTER_PLATFORM_DIRS := 1
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
-.PHONY: all book test lint execute lock clean
+.PHONY: all book test lint execute bench lock clean
 
 all: book
 
@@ -40,6 +40,11 @@ lint: $(STAMP)
 ## execute: re-run every notebook in place and store its outputs
 execute: $(STAMP)
 	$(BIN)/python -m tools.execute_notebooks $(NOTEBOOKS)
+
+## bench: time every construction of the table side by side (chapter 10); writes
+## data/benchmark.json. Never part of test: timings are measured, not asserted.
+bench: $(STAMP)
+	$(BIN)/python benchmarks/tables.py
 
 ## lock: re-resolve requirements.in (and torch's dependencies) into the exact lock
 ## requirements.txt; torch itself stays pinned in requirements-torch.txt

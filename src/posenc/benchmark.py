@@ -13,12 +13,13 @@ never asserted by the tests: the machine is shared and noisy.
 
 Two details keep the numbers honest on Linux. Peak memory is the growth of the
 process's resident set (``VmHWM``, reset through ``/proc/self/clear_refs``) during one
-call. And glibc's allocator is given fixed thresholds: while memory is measured, every
-large block is mapped on request and returned on free, so that the resident set shows
-it; while time is measured, blocks under 32 MiB are kept and reused (the steady state
-glibc reaches by itself in a long-running process) and larger ones come fresh from
-the kernel, as they always do. Without that, a small table's time depends on whether
-the allocator happens to return memory to the kernel between two calls.
+call; the kernel counts it in batches, so it is reported only for outputs of 4 MiB
+and more. And glibc's allocator gets fixed thresholds, its own starting values: every
+block of 128 KiB or more is mapped fresh from the kernel when requested and returned
+when freed, as in a program's first call, while smaller blocks are kept for reuse.
+Left to itself, glibc raises those thresholds as a program runs, and a table's time
+then depends on whether the memory it gets was used before: writing 32 MB into
+pages already mapped is four times faster here than into new ones.
 """
 
 from __future__ import annotations
@@ -139,8 +140,8 @@ def _glibc():
 
 
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
-MALLOC_FOR_MEMORY = {"mmap_threshold": 64 * 1024, "trim_threshold": 64 * 1024}
-MALLOC_FOR_TIME = {"mmap_threshold": 32 * 2**20, "trim_threshold": 1024 * 2**20}
+MALLOC = {"mmap_threshold": 128 * 1024, "trim_threshold": 128 * 1024}  # glibc's start
+PEAK_MIN_BYTES = 4 * 2**20  # the resident-set counters are too coarse below this
 
 
 def set_malloc(settings: dict[str, int]) -> bool:
@@ -247,12 +248,11 @@ def measure_size(length, d_model, dtype, methods, *, rounds, min_sample) -> list
     truth64 = implementations.vectorized(length, d_model) if dtype == "float32" else None
     exact = _exact_rows(length, d_model, 0) if dtype == "float64" else None
 
-    set_malloc(MALLOC_FOR_MEMORY)
-    peaks = {}
+    peaks = dict.fromkeys((m.name for m in chosen), None)
     for method in chosen:
         method.build(min(length, 64), d_model, dtype=dtype)  # warm up (threads, caches)
-        peaks[method.name] = peak_memory(lambda m=method: m.build(length, d_model, dtype=dtype))
-    set_malloc(MALLOC_FOR_TIME)
+        if nbytes >= PEAK_MIN_BYTES:
+            peaks[method.name] = peak_memory(lambda m=method: m.build(length, d_model, dtype=dtype))
     calls = {m.name: (lambda m=m: m.build(length, d_model, dtype=dtype)) for m in chosen}
     samples = time_side_by_side(calls, rounds=rounds, min_sample=min_sample)
 
@@ -406,6 +406,7 @@ def _cores() -> int:
 def run(sizes=SIZES, *, rounds=5, min_sample=0.05, methods=None, far=True, progress=None):
     """The whole benchmark as a dict (what :func:`main` writes as JSON)."""
     chosen = _methods(methods)
+    fixed = set_malloc(MALLOC)
     runs = []
     for length, d_model in sizes:
         for dtype in DTYPES:
@@ -417,11 +418,7 @@ def run(sizes=SIZES, *, rounds=5, min_sample=0.05, methods=None, far=True, progr
     far_rows = measure_far(chosen) if far else []
     return {
         "machine": machine(),
-        "malloc": {
-            "memory": MALLOC_FOR_MEMORY,
-            "time": MALLOC_FOR_TIME,
-            "fixed": _glibc() is not None,
-        },
+        "malloc": MALLOC | {"fixed": fixed},
         "rounds": rounds,
         "sizes": [list(size) for size in sizes],
         "methods": {m.name: m.label for m in chosen},

@@ -83,17 +83,19 @@ def _run_digits(first: int, last: int, base: int):
     )
 
 
-def _rows_product(turns: np.ndarray, start: np.ndarray, out: np.ndarray) -> None:
-    """``out = turns * start``: rows of offset turns times one block start, (n, P) * (P,).
+def _product(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+    """``out = a * b`` for complex rows: ``a`` and ``b`` are each (n, P) or one row (P,).
 
     NumPy multiplies complex numbers with one code path for every shape here but one:
-    a (1, 1) by (1,) product takes another, which can round differently. With one pair
-    per row both sides are made plain vectors, so a row never depends on the table.
+    (1, 1) by (1,) takes another, which can round differently. With one pair per row
+    both sides are made plain vectors, so a row never depends on the table. The order
+    of the factors is kept too: a rounding inside the product may fall on a or on b.
     """
-    if turns.shape[1] == 1:
-        np.multiply(turns[:, 0], np.repeat(start, turns.shape[0]), out=out[:, 0])
+    if out.shape[1] == 1:
+        a, b = (np.broadcast_to(x, out.shape)[:, 0].copy() for x in (a, b))
+        np.multiply(a, b, out=out[:, 0])
     else:
-        np.multiply(turns, start, out=out)
+        np.multiply(a, b, out=out)
 
 
 def _factors(spec, ctype) -> tuple[np.ndarray, np.ndarray, list[tuple[int, int, int, int]]]:
@@ -127,7 +129,14 @@ def _factors(spec, ctype) -> tuple[np.ndarray, np.ndarray, list[tuple[int, int, 
     # Products of gathered (contiguous) factors in complex128, each rounded once to
     # ctype: the digits, and so every factor, depend on the position alone.
     starts = (g_pairs[g_at] * m_turns[m_at]).astype(ctype)
-    turns = (h_turns[h_at] * l_turns[l_at]).astype(ctype)
+    if every_offset:  # SPLIT rows at a time: no temporary larger than SPLIT rows
+        turns = np.empty((BLOCK, spec.frequencies.size), dtype=ctype)
+        product = np.empty((SPLIT, spec.frequencies.size), dtype=np.complex128)
+        for h, h_turn in enumerate(h_turns):
+            _product(h_turn, l_turns, product)
+            turns[h * SPLIT : (h + 1) * SPLIT] = product
+    else:
+        turns = (h_turns[h_at] * l_turns[l_at]).astype(ctype)
 
     blocks, row = [], 0
     for k, q in enumerate(range(q_first, q_last + 1)):
@@ -157,7 +166,7 @@ def table(spec) -> np.ndarray:
         whole = [block for block in blocks if block[3] == BLOCK]
         for k, row, t, n in blocks:
             if n < BLOCK:
-                _rows_product(turns[t : t + n], starts[k], rows[row : row + n])
+                _product(turns[t : t + n], starts[k], rows[row : row + n])
         if whole:
             k, row = whole[0][:2]
             inner = rows[row : row + len(whole) * BLOCK].reshape(len(whole), BLOCK, pairs)
@@ -165,7 +174,7 @@ def table(spec) -> np.ndarray:
         return out
     scratch = np.empty((min(BLOCK, length), pairs), dtype=ctype)
     for k, row, t, n in blocks:
-        _rows_product(turns[t : t + n], starts[k], scratch[:n])
+        _product(turns[t : t + n], starts[k], scratch[:n])
         _place(out[row : row + n], scratch[:n], spec.layout)
     return out
 
