@@ -37,6 +37,8 @@ import numpy as np
 BLOCK = 128  # rows per block: position p = BLOCK * q + r, with 0 <= r < BLOCK
 SPLIT = 16  # offsets split as r = SPLIT * h + l; block indices as q = SPLIT * g + m
 
+_HIGH_OFFSET_DIGITS, _LOW_OFFSET_DIGITS = np.arange(BLOCK // SPLIT), np.arange(SPLIT)
+
 # dtype of the table -> the complex dtype its interleaved rows can be viewed as
 _COMPLEX = {
     np.dtype(np.float32): np.dtype(np.complex64),
@@ -115,12 +117,13 @@ def _factors(spec, ctype) -> tuple[np.ndarray, np.ndarray, list[tuple[int, int, 
     # turn(r) = turn(SPLIT * h) * turn(l) and
     # pair(BLOCK * q) = pair(BLOCK * SPLIT * g) * turn(BLOCK * m).
     if every_offset:
-        hs, ls, h_at, l_at = _run_digits(0, BLOCK - 1, SPLIT)
+        hs, ls = _HIGH_OFFSET_DIGITS, _LOW_OFFSET_DIGITS
     else:
         hs, ls, h_at, l_at = _digits(np.arange(first, last) % BLOCK, SPLIT)
     gs, ms, g_at, m_at = _run_digits(q_first, q_last, SPLIT)
     values = np.concatenate([SPLIT * hs, ls, BLOCK * SPLIT * gs, BLOCK * ms])
-    exact = _exact(values, spec.frequencies)
+    frequencies = spec.frequencies
+    exact = _exact(values, frequencies)
     h_turns, l_turns = exact[: hs.size], exact[hs.size : hs.size + ls.size]
     g_turns, m_turns = exact[hs.size + ls.size : -ms.size], exact[-ms.size :]
     g_pairs = np.empty_like(g_turns)  # pair = sin + i*cos = i * turn: an exact swap
@@ -130,8 +133,8 @@ def _factors(spec, ctype) -> tuple[np.ndarray, np.ndarray, list[tuple[int, int, 
     # ctype: the digits, and so every factor, depend on the position alone.
     starts = (g_pairs[g_at] * m_turns[m_at]).astype(ctype)
     if every_offset:  # SPLIT rows at a time: no temporary larger than SPLIT rows
-        turns = np.empty((BLOCK, spec.frequencies.size), dtype=ctype)
-        product = np.empty((SPLIT, spec.frequencies.size), dtype=np.complex128)
+        turns = np.empty((BLOCK, frequencies.size), dtype=ctype)
+        product = np.empty((SPLIT, frequencies.size), dtype=np.complex128)
         for h, h_turn in enumerate(h_turns):
             _product(h_turn, l_turns, product)
             turns[h * SPLIT : (h + 1) * SPLIT] = product
