@@ -7,7 +7,11 @@ the benchmarks import these functions instead of re-typing them.
 - :mod:`posenc.encoding` — the sinusoidal table, :func:`sinusoidal`, and its column
   layouts, :func:`layout_permutation` (chapters 2-5).
 - :mod:`posenc.implementations` — the chapters' variants: naive loops, vectorized,
-  log-space ``div_term`` (chapters 3-5).
+  log-space ``div_term`` (chapters 3-5) and angle addition (chapter 10).
+- :mod:`posenc.fast` — the table by angle addition, what :func:`sinusoidal` uses: exact
+  sines only for the digits of each position, every row one complex product
+  (chapter 10).
+- :mod:`posenc.benchmark` — chapter 10's side-by-side timings (``make bench``).
 - :mod:`posenc.reference` — exact values from mpmath, the yardstick for all of them.
 - :mod:`posenc.properties` — wavelengths, the rotation ``M_k`` and the offset dot
   product of the sinusoidal table (chapter 6).
