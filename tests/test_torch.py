@@ -148,9 +148,13 @@ def test_a_checkpoint_with_the_right_table_loads_and_keeps_the_formula():
 @pytest.mark.parametrize(
     ("state", "message"),
     [
-        (tutorial_style_state(50, 16, layout="concat"), r"differs .* by up to"),
-        (tutorial_style_state(50, 16, base=1000.0), r"differs .* by up to"),
+        (tutorial_style_state(50, 16, layout="concat"), r"differs .* by up to .*; .*concat layout"),
+        (tutorial_style_state(50, 16, base=1000.0), r"differs .* by up to .*; .*base = 1000,"),
         ({"pe": float32_table(50, 16)[:, [1, 0, *range(2, 16)]]}, r"differs .* by up to"),
+        (
+            {"pe": float32_table(50, 16)[:, np.arange(16) ^ 1]},
+            r"differs .*; sin and cos are swapped",
+        ),
         (tutorial_style_state(50, 8), r"not \(length, 16\)"),
         ({"pe": float32_table(50, 16).fill_(float("nan"))}, r"differs .* by up to nan"),
         ({"pe": torch.zeros(16)}, r"not \(length, 16\)"),

@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from posenc._validation import choice, flag, integer, positive_finite, probability
+from posenc.checks import check_sinusoidal_table
 from posenc.encoding import sinusoidal
 
 __all__ = [
@@ -201,9 +202,12 @@ class SinusoidalPositionalEncoding(_AddedPositionalEncoding):
         deviation = float(np.max(np.abs(table - expected), initial=0.0))
         tolerance = stored_table_tolerance(table.shape[0])
         if not deviation <= tolerance:
+            # posenc.checks names the likely bug (layout, base, swap, shift, ...)
+            findings = check_sinusoidal_table(table, base=self.base, atol=tolerance)
             return (
                 f"the stored table differs from the sinusoidal formula (base={self.base:g}) "
                 f"by up to {deviation:.3g} (tolerance {tolerance:.3g} for {table.shape[0]} rows)"
+                + "".join(f"; {finding}" for finding in findings)
             )
         return None
 

@@ -1,0 +1,269 @@
+"""Unit tests of posenc.checks: silent on correct tables, and naming every exhibit's bug.
+
+Every exhibit of chapter 11 (posenc.museum) is checked here with the finding it must
+produce, so each of the check's detectors is seen failing on its bug; correct tables
+of every kind must produce no finding at all.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from posenc import implementations, museum, sinusoidal
+from posenc.checks import check_sinusoidal_table as check
+
+DTYPES = [np.float16, np.float32, np.float64]
+
+
+# ---- correct tables: no finding ---------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("layout", ["interleaved", "concat"])
+@pytest.mark.parametrize("d_model", [1, 2, 3, 4, 5, 7, 8, 63, 64, 65, 128, 511, 512])
+def test_correct_tables_have_no_findings(d_model, layout, dtype):
+    for length in (1, 2, 200):
+        table = sinusoidal(length, d_model, dtype=dtype, layout=layout)
+        assert check(table, layout=layout) == []
+
+
+@pytest.mark.parametrize("start", [1, 2, 1000, 10**6, 2**40])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["float32", "float64"])
+def test_correct_tables_far_from_zero_have_no_findings(start, dtype):
+    table = sinusoidal(300, 96, start=start, dtype=dtype)
+    assert check(table, start=start) == []
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        implementations.naive_loops,
+        implementations.vectorized,
+        implementations.log_space,
+        implementations.angle_addition,
+    ],
+)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["float32", "float64"])
+def test_every_construction_of_the_book_passes(build, dtype):
+    length = 300 if build is implementations.naive_loops else 4096
+    assert check(build(length, 64, dtype=dtype)) == []
+
+
+def test_the_tutorial_construction_in_float32_passes():
+    # float32 angles: an error that grows with the position, within float32's own reach
+    table = museum.tutorial_table(8192, 512).astype(np.float32)
+    assert check(table) == []
+
+
+def test_a_large_float32_table_passes():
+    assert check(sinusoidal(8192, 1024, dtype=np.float32)) == []
+
+
+@pytest.mark.parametrize("d_model", [6, 7])
+def test_a_correct_relative_table_with_negative_positions_passes(d_model):
+    assert check(museum.relative_table(40, d_model), start=-40) == []
+
+
+def test_other_bases_pass_when_they_are_asked_for():
+    assert check(sinusoidal(100, 32, base=500000.0), base=500000.0) == []
+
+
+def test_empty_tables_have_no_findings():
+    assert check(np.zeros((0, 8))) == []
+    assert check(np.zeros((5, 0))) == []
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    length=st.integers(1, 300),
+    d_model=st.integers(1, 300),
+    start=st.integers(0, 10**7),
+    dtype=st.sampled_from([np.float32, np.float64]),
+    layout=st.sampled_from(["interleaved", "concat"]),
+)
+def test_no_false_findings_on_random_correct_tables(length, d_model, start, dtype, layout):
+    table = sinusoidal(length, d_model, start=start, dtype=dtype, layout=layout)
+    assert check(table, start=start, layout=layout) == []
+
+
+# ---- every exhibit: its finding ---------------------------------------------------
+
+
+def only(findings, *phrases):
+    """Assert there is exactly one finding per phrase, in order, and each contains it."""
+    assert len(findings) == len(phrases), findings
+    for finding, phrase in zip(findings, phrases, strict=True):
+        assert phrase in finding, (phrase, finding)
+
+
+def test_double_counting():
+    only(check(museum.double_counted(100, 64)), "i-vs-2i double counting")
+    only(check(sinusoidal(100, 64, base=1e8)), "2x too fast")
+
+
+def test_exponent_i_over_d_instead_of_2i_over_d():
+    only(check(sinusoidal(100, 64, base=100.0)), "2x too slowly")
+
+
+def test_odd_d_model_truncated():
+    only(check(museum.odd_truncated(100, 65)), "spaced for d_model = 65")
+
+
+@pytest.mark.parametrize("layout", ["interleaved", "concat"])
+def test_odd_d_model_zero_padded(layout):
+    table = sinusoidal(100, 65, layout=layout)
+    lone = 64 if layout == "interleaved" else 32
+    padded = np.delete(table, lone, axis=1)
+    padded = np.hstack([padded, np.zeros((100, 1))])
+    if layout == "concat":  # fairseq's odd table: [sin | cos | 0]
+        only(check(museum.fairseq_table(100, 65), layout="concat"), "num_timescales", "zeros")
+    only(check(padded, layout=layout), "last column is all zeros")
+
+
+@pytest.mark.parametrize("batch_index", [0, 3])
+def test_batch_axis_used_as_position_axis(batch_index):
+    out = museum.added_tutorial_style(np.zeros((4, 50, 64)), sinusoidal(100, 64))
+    only(check(out[batch_index]), f"row of position {batch_index}: the position does not")
+
+
+@pytest.mark.parametrize(
+    ("precision", "name"), [("float16", "in float16"), ("bfloat16", "in bfloat16")]
+)
+@pytest.mark.parametrize("length", [100, 2048])
+def test_low_precision_angles(precision, name, length):
+    only(check(museum.low_precision_angles(length, 64, precision=precision)), name)
+
+
+def test_float32_angles_in_a_float64_table():
+    table = museum.tutorial_table(1000, 64).astype(np.float32).astype(np.float64)
+    only(check(table), "in float32")
+
+
+def test_concat_table_read_as_interleaved_and_back():
+    only(check(sinusoidal(100, 64, layout="concat")), "concat layout")
+    only(check(sinusoidal(100, 64), layout="concat"), "interleaved layout")
+
+
+def test_tensor2tensor_spacing():
+    only(check(museum.tensor2tensor_signal(100, 512), layout="concat"), "num_timescales - 1")
+    only(
+        check(museum.tensor2tensor_signal(100, 512)),
+        "concat layout",
+        "num_timescales - 1",
+    )
+
+
+def test_positions_from_padding_idx_plus_one():
+    table = museum.fairseq_table(200, 64, padding_idx=1)
+    positions = museum.fairseq_positions(np.full((1, 100), 7), 1)[0]
+    only(check(table[positions], layout="concat"), "num_timescales", "start at position 2")
+    only(check(sinusoidal(100, 64, start=2)), "start at position 2, not 0")
+    only(check(sinusoidal(100, 64, start=5000), start=4000), "position 5000, not 4000")
+
+
+def test_fairseq_padding_row():
+    only(
+        check(museum.fairseq_table(100, 64, padding_idx=1), layout="concat"),
+        "row 1 is all zeros",
+        "num_timescales",
+    )
+
+
+def test_sin_and_cos_swapped():
+    only(check(museum.swapped(100, 64)), "swapped")
+
+
+@pytest.mark.parametrize(
+    ("base", "phrase"), [(1000.0, "base = 1000, not 10000"), (10e4, "10e4 is 100000")]
+)
+def test_wrong_base(base, phrase):
+    only(check(sinusoidal(100, 64, base=base)), phrase)
+
+
+@pytest.mark.parametrize(("mistake", "phrase"), [("absolute", "|i - j|"), ("negated", "j - i")])
+def test_relative_position_signs(mistake, phrase):
+    only(check(museum.relative_table(40, 64, mistake=mistake), start=-40), phrase)
+
+
+def test_table_overwritten_by_initialisation():
+    weights = museum.reinitialised(sinusoidal(100, 64, dtype=np.float32), padding_idx=1)
+    only(check(weights), "row 1 is all zeros", "not sine-cosine pairs", "initialisation")
+
+
+def test_scaled_table():
+    only(check(sinusoidal(100, 64) * 8.0), "norm 8")
+
+
+def test_all_zeros_and_non_finite():
+    only(check(np.zeros((5, 4))), "all zeros")
+    broken = sinusoidal(5, 4)
+    broken[2, 3] = np.nan
+    only(check(broken), "not finite, the first at row 2, column 3")
+
+
+def test_two_bugs_at_once_are_both_named():
+    table = sinusoidal(100, 64, layout="concat", start=2)
+    only(check(table), "concat layout", "start at position 2")
+    table = museum.swapped(100, 64)[:, :] * 1.0
+    only(check(table, base=1000.0), "swapped", "base = 10000, not 1000")
+
+
+def test_atol_tightens_and_loosens_the_comparison():
+    float32_angles = implementations.vectorized(4096, 64, dtype=np.float32)
+    assert check(float32_angles) == []
+    only(check(float32_angles, atol=1e-6), "in float32")
+    assert check(sinusoidal(100, 64) + 1e-3, atol=2e-3) == []
+
+
+def test_an_unexplained_difference_is_reported_not_hidden():
+    table = sinusoidal(100, 64)
+    table[50:, 10] = 0.5
+    findings = check(table)
+    assert findings and "not sine-cosine pairs" in findings[0]
+
+
+# ---- arguments --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"table": np.zeros((3, 4), dtype=int)}, TypeError, "table"),
+        ({"table": np.zeros(4)}, ValueError, "2-D"),
+        ({"base": 0.0}, ValueError, "base"),
+        ({"start": True}, TypeError, "start"),
+        ({"start": 2.0}, TypeError, "start"),
+        ({"start": 2**53}, ValueError, "2\\*\\*53"),
+        ({"layout": "halves"}, ValueError, "layout"),
+        ({"atol": 0.0}, ValueError, "atol"),
+        ({"atol": float("nan")}, ValueError, "atol"),
+    ],
+)
+def test_bad_arguments_raise_at_once(kwargs, error, match):
+    arguments = {"table": sinusoidal(3, 4), **kwargs}
+    with pytest.raises(error, match=match):
+        check(**arguments)
+
+
+def test_the_default_tolerance_is_capped_far_from_zero():
+    # 4 * eps(float16) * 10**4 would admit anything; the cap of 0.01 does not
+    noise = museum.reinitialised(np.zeros((50, 64), dtype=np.float16), std=0.5)
+    assert "not sine-cosine pairs" in check(noise, start=10**4)[0]
+    far = implementations.vectorized(64, 64, start=10**6, dtype=np.float32)
+    only(check(far, start=10**6), "in float32")
+
+
+def test_pairs_in_an_order_no_bug_explains_are_reported_as_unexplained():
+    rows = np.random.default_rng(0).permutation(100)
+    only(check(sinusoidal(100, 64)[rows]), "no known bug explains it")
+
+
+def test_a_shift_read_through_float16_noise():
+    # float16 entries fix the lowest frequency's angle to about 5e-4 rad, i.e. several
+    # positions; the higher frequencies must refine the estimate
+    for start in range(1000, 20000, 1499):
+        table = sinusoidal(100, 64, start=start, dtype=np.float16)
+        only(check(table), f"start at position {start}, not 0")
