@@ -12,6 +12,10 @@ the benchmarks import these functions instead of re-typing them.
   sines only for the digits of each position, every row one complex product
   (chapter 10).
 - :mod:`posenc.benchmark` — chapter 10's side-by-side timings (``make bench``).
+- :mod:`posenc.checks` — :func:`~posenc.checks.check_sinusoidal_table`: compare a table
+  with the formula and name the likely bug when it differs (chapter 11).
+- :mod:`posenc.museum` — chapter 11's exhibits: published positional-encoding bugs and
+  conventions (tensor2tensor, fairseq) rebuilt in NumPy.
 - :mod:`posenc.reference` — exact values from mpmath, the yardstick for all of them.
 - :mod:`posenc.properties` — wavelengths, the rotation ``M_k`` and the offset dot
   product of the sinusoidal table (chapter 6).
@@ -28,15 +32,17 @@ the benchmarks import these functions instead of re-typing them.
   its small causal model. Import it by name: it needs PyTorch and tqdm.
 """
 
-from posenc import alternatives, attention, block, implementations, properties
+from posenc import alternatives, attention, block, checks, implementations, museum, properties
 from posenc.encoding import layout_permutation, sinusoidal
 
 __all__ = [
     "alternatives",
     "attention",
     "block",
+    "checks",
     "implementations",
     "layout_permutation",
+    "museum",
     "properties",
     "sinusoidal",
 ]
