@@ -36,6 +36,8 @@ from posenc.encoding import LAYOUTS, MAX_POSITION, sinusoidal
 MAX_TOLERANCE = 0.01
 # Every sine-cosine pair of a table the search may explain has sin^2 + cos^2 within this of 1.
 PAIR_NORM = 0.1
+# Rows from which a base is fitted (consecutive, from the first): enough to fix it.
+FIT_ROWS = 512
 # Rows compared while searching; the winning explanation is then checked on all rows.
 SAMPLE_ROWS = 24
 # Angles computed in a narrow format are off by up to about 3 roundings of it (position,
@@ -282,18 +284,17 @@ def _matches_formula(ctx: _Context) -> bool:
     return bool(np.all(reference <= _tolerance(ctx.dtype, positions, ctx.atol)[:, None]))
 
 
-def _search(ctx: _Context, precision: str | None = None):
+def _search(ctx: _Context, fitted_cache: dict, precision: str | None = None):
     """The first explanation (fewest departures) that reproduces the table, or None."""
     width = ctx.table.shape[1]
     rows = ctx.rows
     sample = rows[_sample(len(rows))]
-    fitted_cache: dict = {}
     for explanation in _explanations(ctx):
         key = (explanation.layout, explanation.swapped, explanation.lone)
         fitted = None
         if explanation.frequency == "fitted":
             if key not in fitted_cache:
-                fitted_cache[key] = _fitted_base(ctx.table[rows], *key)
+                fitted_cache[key] = _fitted_base(ctx.table[rows[:FIT_ROWS]], *key)
             fitted = fitted_cache[key]
             if fitted is None or _is_named_base(fitted, ctx.base, width):
                 continue
@@ -540,12 +541,13 @@ def check_sinusoidal_table(
         ctx = ctx._replace(table=values / scale)
     if not _made_of_pairs(ctx.table[ctx.rows]):
         return findings + _not_pairs(ctx)
-    found = _search(ctx)
+    fitted_cache: dict = {}  # the base fitted for each way of reading the columns
+    found = _search(ctx, fitted_cache)
     if found is not None:
         explanation, freqs, positions, fitted = found
         return findings + _describe(explanation, ctx, positions, fitted)
     for name in PRECISIONS:
-        found = _search(ctx, name)
+        found = _search(ctx, fitted_cache, name)
         if found is not None:
             explanation, freqs, positions, fitted = found
             return (
