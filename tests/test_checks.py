@@ -100,6 +100,7 @@ def only(findings, *phrases):
 
 
 def test_double_counting():
+    only(check(museum.double_counted_as_found(100, 64)), "2 * (i + 1)")
     only(check(museum.double_counted(100, 64)), "i-vs-2i double counting")
     only(check(sinusoidal(100, 64, base=1e8)), "2x too fast")
 
@@ -162,6 +163,18 @@ def test_positions_from_padding_idx_plus_one():
     only(check(table[positions], layout="concat"), "num_timescales", "start at position 2")
     only(check(sinusoidal(100, 64, start=2)), "start at position 2, not 0")
     only(check(sinusoidal(100, 64, start=5000), start=4000), "position 5000, not 4000")
+    only(check(sinusoidal(100, 64, start=1)), "off-by-one")
+
+
+@pytest.mark.parametrize("start", [10**5, 10**6, 1234567])
+def test_a_shift_beyond_the_lowest_frequencys_turn(start):
+    # 1e4**(-510/512) * 1e5 is 10 radians: only the beat of two frequencies tells
+    only(check(sinusoidal(64, 512, start=start)), f"start at position {start}, not 0")
+
+
+def test_shifted_float64_tables_get_no_precision_finding():
+    for start in (100, 1000, 40000):
+        only(check(sinusoidal(64, 512, start=start)), "shifted by")
 
 
 def test_fairseq_padding_row():

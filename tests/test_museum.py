@@ -28,6 +28,16 @@ def test_double_counted_is_the_table_of_the_squared_base():
         museum.double_counted(5, 7)
 
 
+def test_double_counted_as_found_gives_each_column_its_own_frequency():
+    bug = museum.double_counted_as_found(30, 8)
+    column = np.arange(8)
+    angle = np.arange(30)[:, None] * 1e4 ** (-2 * column / 8)
+    assert np.allclose(bug, np.where(column % 2 == 0, np.sin(angle), np.cos(angle)), atol=1e-13)
+    assert np.array_equal(bug[:, 0::2], museum.double_counted(30, 8)[:, 0::2])
+    with pytest.raises(ValueError, match="even"):
+        museum.double_counted_as_found(5, 7)
+
+
 def test_tutorial_table_is_right_for_even_and_raises_for_odd_d_model():
     assert np.allclose(museum.tutorial_table(64, 32), sinusoidal(64, 32), atol=1e-12)
     with pytest.raises(ValueError, match=r"\(64,15\).*\(64,14\)"):

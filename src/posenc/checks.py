@@ -144,16 +144,24 @@ def _wrap(angle: np.ndarray) -> np.ndarray:
 def _estimate_position(phases: np.ndarray, freqs: np.ndarray) -> float | None:
     """The position whose angles best explain one row's ``phases``, or None.
 
-    The lowest frequency gives a first estimate (unambiguous while its angle stays
-    within one half turn); each higher frequency then refines it by the phase it
-    has left over, as the digits of a number are read from the most significant down.
+    The two lowest frequencies beat against each other: their phase difference turns
+    with the small difference of the frequencies, which gives a first estimate over a
+    long range (from -0.16 to 1.5 million at d_model = 512). Each frequency, from the lowest
+    up, then refines it by the phase it has left over, as the digits of a number are
+    read from the most significant down.
     """
     order = np.argsort(freqs[: len(phases)])
     order = order[freqs[order] > 0]
     if len(order) == 0:
         return None
-    position = phases[order[0]] / freqs[order[0]]
-    for k in order[1:]:
+    low = order[0]
+    position = phases[low] / freqs[low]
+    if len(order) > 1 and freqs[order[1]] > freqs[low]:
+        beat = freqs[order[1]] - freqs[low]
+        # a turn of the beat read in [-0.1, 0.9) turns: positions from a little below 0
+        turn = (phases[order[1]] - phases[low] + 0.2 * np.pi) % (2 * np.pi) - 0.2 * np.pi
+        position = turn / beat
+    for k in order:
         position += _wrap(phases[k] - freqs[k] * position) / freqs[k]
     return float(position) if np.isfinite(position) else None
 
@@ -252,12 +260,15 @@ def _explanations(ctx: _Context):
 def _compare(ctx: _Context, explanation: Explanation, freqs, positions, which, precision):
     """Whether ``explanation`` reproduces the table rows ``which``.
 
-    The tolerance is that of the positions asked for (not of those explained), plus,
+    The tolerance is that of the larger of the positions asked for and explained
+    (capped, so that explaining a table by huge positions gains nothing), plus,
     when ``precision`` names a format, what angles computed in it can cost.
     """
     predicted, sizes = _build(positions[which], ctx.table.shape[1], explanation, freqs)
     error = np.abs(ctx.table[which] - predicted)
-    tolerance = _tolerance(ctx.dtype, ctx.start + which.astype(np.float64), ctx.atol)[:, None]
+    asked = ctx.start + which.astype(np.float64)
+    larger = np.maximum(np.abs(asked), np.abs(positions[which]))
+    tolerance = _tolerance(ctx.dtype, larger, ctx.atol)[:, None]
     if precision is not None:
         tolerance = tolerance + ANGLE_ROUNDINGS * PRECISIONS[precision] * np.maximum(1, sizes)
         if np.mean(tolerance < DISCRIMINATING) < MIN_DISCRIMINATING:
@@ -353,11 +364,7 @@ def _describe(explanation: Explanation, ctx: _Context, positions, fitted) -> lis
         findings.append(_frequency_finding(explanation.frequency, ctx.base, width, fitted))
     first = ctx.rows[0]
     if explanation.positions == "shifted":
-        begins = int(positions[0])
-        findings.append(
-            f"rows start at position {begins}, not {ctx.start}: looks like an offset "
-            f"(fairseq and M2M100 number positions from padding_idx + 1)"
-        )
+        findings.append(_shift_finding(int(positions[0]), ctx.start))
     elif explanation.positions == "constant":
         findings.append(
             f"every row is the row of position {int(positions[first])}: the position "
@@ -382,12 +389,25 @@ def _describe(explanation: Explanation, ctx: _Context, positions, fitted) -> lis
     return findings
 
 
+def _shift_finding(begins: int, start: int) -> str:
+    """The sentence for rows that start at another position than asked."""
+    shift = begins - start
+    if shift == 2:
+        why = "looks like fairseq's or M2M100's numbering, which starts at padding_idx + 1 = 2"
+    elif abs(shift) == 1:
+        why = "an off-by-one: positions counted from 1, or from 0 where 1 was meant"
+    else:
+        why = f"the positions are shifted by {shift} (a start offset added or forgotten?)"
+    return f"rows start at position {begins}, not {start}: {why}"
+
+
 def _frequency_finding(model: str, base: float, width: int, fitted: float | None) -> str:
     """The sentence for a frequency model other than the paper's."""
     if model == "double":
+        also = " (at d_model = 4 also tensor2tensor's spacing)" if width == 4 else ""
         return (
             f"frequencies fall 2x too fast (as if base were {base**2:.6g}): looks like "
-            f"i-vs-2i double counting (2i in the exponent where i already steps by 2)"
+            f"i-vs-2i double counting (2i in the exponent where i already steps by 2){also}"
         )
     if model == "half":
         return (
@@ -461,6 +481,23 @@ def _not_pairs(ctx: _Context) -> list[str]:
     return findings
 
 
+def _column_exponent(ctx: _Context) -> bool:
+    """Whether column ``c`` is the sine (even c) or cosine (odd c) at ``base**(-2c/d)``.
+
+    That is the published double-counting loop: ``2 * i`` for the sine of column ``i``
+    and ``2 * (i + 1)`` for the cosine in column ``i + 1``.
+    """
+    width = ctx.table.shape[1]
+    if width < 4 or ctx.layout != "interleaved":
+        return False
+    column = np.arange(width)
+    positions = ctx.start + ctx.rows.astype(np.float64)
+    angle = positions[:, None] * ctx.base ** (-2 * column / width)
+    predicted = np.where(column % 2 == 0, np.sin(angle), np.cos(angle))
+    tolerance = _tolerance(ctx.dtype, positions, ctx.atol)[:, None]
+    return bool(np.all(np.abs(ctx.table[ctx.rows] - predicted) <= tolerance))
+
+
 def _made_of_pairs(values: np.ndarray) -> bool:
     """Whether some layout makes every column pair a point of the unit circle."""
     width = values.shape[1]
@@ -497,8 +534,10 @@ def check_sinusoidal_table(
     Returns an empty list when every entry is within ``atol`` of the formula, otherwise
     one readable finding per problem, each naming the likely bug where the table lets
     the check tell. The default ``atol`` is what computing the angles in the table's
-    own dtype can cost: ``4 * eps * max(1, |position|)`` for each row, so correct
-    float16, float32 and float64 tables pass and nothing coarser does.
+    own dtype can cost: ``4 * eps * max(1, |position|)`` for each row, but never more
+    than ``MAX_TOLERANCE`` (0.01). Correct float16, float32 and float64 tables pass,
+    and so do tables whose angles were computed in float32 while that costs less
+    than 0.01 (the PyTorch tutorial's, up to tens of thousands of positions).
     """
     array = _validation.floating_array("table", table)
     if array.ndim != 2:
@@ -539,6 +578,14 @@ def check_sinusoidal_table(
     if scale is not None:
         findings.append(f"every sine-cosine pair has norm {scale:.6g}, not 1: the table is scaled")
         ctx = ctx._replace(table=values / scale)
+    if _column_exponent(ctx):
+        findings.append(
+            "every column has its own frequency, base**(-2c/d_model) for column c: the "
+            "sine and cosine of a pair do not share one, and frequencies fall 2x too fast; "
+            "looks like i-vs-2i double counting, with 2 * i for the sine and 2 * (i + 1) "
+            "for the cosine"
+        )
+        return findings
     if not _made_of_pairs(ctx.table[ctx.rows]):
         return findings + _not_pairs(ctx)
     fitted_cache: dict = {}  # the base fitted for each way of reading the columns

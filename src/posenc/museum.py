@@ -8,7 +8,8 @@ is the table of the paper.
 
 The bugs:
 
-- :func:`double_counted` — the exponent ``2i / d_model`` with ``i`` already stepping by 2.
+- :func:`double_counted_as_found` and :func:`double_counted` — the exponent ``2i / d_model``
+  with ``i`` already stepping by 2 (as published, and with the cosine's exponent fixed).
 - :func:`tutorial_table` — the PyTorch tutorial's ``div_term`` construction, which cannot
   fill an odd ``d_model``; :func:`odd_truncated` silently drops the odd column instead.
 - :func:`added_tutorial_style` — a ``(max_len, 1, d_model)`` table indexed by the first
@@ -63,6 +64,26 @@ def double_counted(length, d_model, *, base=10000.0) -> np.ndarray:
         table[:, i] = np.sin(position[:, 0] / div)
         table[:, i + 1] = np.cos(position[:, 0] / div)
     return table
+
+
+def double_counted_as_found(length, d_model, *, base=10000.0) -> np.ndarray:
+    """The double-counting loop as it was published: the cosine one column further on.
+
+    Column ``c`` gets ``base**(-2c/d_model)``: the sine of column ``i`` uses ``2 * i`` and
+    the cosine of column ``i + 1`` uses ``2 * (i + 1)``. Frequencies fall twice too fast,
+    and a pair's sine and cosine no longer share a frequency. :func:`double_counted` is
+    the same loop with the cosine given its sine's exponent.
+    """
+    length, d_model = _length_and_width(length, d_model)
+    base = _validation.positive_finite("base", base)
+    if d_model % 2:
+        raise ValueError(f"d_model must be even for this loop, got {d_model}")
+    pe = np.zeros((length, d_model))
+    for pos in range(length):
+        for i in range(0, d_model, 2):
+            pe[pos, i] = math.sin(pos / base ** ((2 * i) / d_model))
+            pe[pos, i + 1] = math.cos(pos / base ** ((2 * (i + 1)) / d_model))
+    return pe
 
 
 def tutorial_table(length, d_model, *, base=10000.0) -> np.ndarray:
