@@ -65,12 +65,16 @@ class Explanation(NamedTuple):
     lone: str
 
 
-def _pair_columns(width: int, layout: str) -> tuple[np.ndarray, np.ndarray]:
-    """The sine and cosine columns of the ``width // 2`` full pairs in ``layout``."""
+def _pair_columns(width: int, layout: str, lone: str = "sine") -> tuple[np.ndarray, np.ndarray]:
+    """The sine and cosine columns of the ``width // 2`` full pairs in ``layout``.
+
+    In the book's concat layout an odd width puts its lone sine among the sines; a
+    zero-padded table (``lone="zero"``) keeps the halves together and pads at the end.
+    """
     n = width // 2
     if layout == "interleaved":
         return np.arange(0, 2 * n, 2), np.arange(1, 2 * n, 2)
-    first = n + width % 2  # the book's concat layout puts the lone sine among the sines
+    first = n + width % 2 if lone == "sine" else n
     return np.arange(n), np.arange(first, first + n)
 
 
@@ -111,9 +115,7 @@ def _build(rows: np.ndarray, width: int, explanation: Explanation, freqs: np.nda
     table = np.zeros((len(rows), width))
     sizes = np.zeros((len(rows), width))
     n = width // 2
-    sin_cols, cos_cols = _pair_columns(width, explanation.layout)
-    if explanation.lone == "zero" and explanation.layout == "concat":
-        sin_cols, cos_cols = np.arange(n), np.arange(n, 2 * n)
+    sin_cols, cos_cols = _pair_columns(width, explanation.layout, explanation.lone)
     table[:, sin_cols] = sine[:, :n]
     table[:, cos_cols] = cosine[:, :n]
     sizes[:, sin_cols] = sizes[:, cos_cols] = np.abs(angle[:, :n])
@@ -127,10 +129,7 @@ def _build(rows: np.ndarray, width: int, explanation: Explanation, freqs: np.nda
 def _phases(table: np.ndarray, layout: str, swapped: bool, lone: str) -> np.ndarray:
     """``atan2(sin, cos)`` of each full pair of ``table`` read as ``layout``."""
     width = table.shape[1]
-    sin_cols, cos_cols = _pair_columns(width, layout)
-    if lone == "zero" and layout == "concat":
-        n = width // 2
-        sin_cols, cos_cols = np.arange(n), np.arange(n, 2 * n)
+    sin_cols, cos_cols = _pair_columns(width, layout, lone)
     sine, cosine = table[:, sin_cols], table[:, cos_cols]
     if swapped:
         sine, cosine = cosine, sine
@@ -502,9 +501,7 @@ def _made_of_pairs(values: np.ndarray) -> bool:
     """Whether some layout makes every column pair a point of the unit circle."""
     width = values.shape[1]
     for layout, lone in itertools.product(LAYOUTS, LONE_COLUMNS):
-        sine, cosine = _pair_columns(width, layout)
-        if lone == "zero" and layout == "concat":
-            sine, cosine = np.arange(width // 2), np.arange(width // 2, 2 * (width // 2))
+        sine, cosine = _pair_columns(width, layout, lone)
         norms = values[:, sine] ** 2 + values[:, cosine] ** 2
         if np.all(np.abs(norms - 1) <= PAIR_NORM):
             return True
