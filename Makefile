@@ -6,6 +6,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+NODE_STAMP := node_modules/.installed
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.ipynb))
 
 # Kernels come from the project's venv, whatever else is installed for the user.
@@ -25,8 +26,14 @@ $(STAMP): requirements.txt requirements-torch.txt pyproject.toml
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (ipykernel)" >/dev/null
 	@touch $(STAMP)
 
+# The scripts the site serves itself (MathJax, the widget manager) and the browser
+# tests' accessibility engine, exactly as package-lock.json pins them.
+$(NODE_STAMP): package.json package-lock.json
+	npm ci --no-audit --no-fund --ignore-scripts --loglevel=error
+	@touch $(NODE_STAMP)
+
 ## book: build the static site into _build/html (strict: any warning fails)
-book: $(STAMP)
+book: $(STAMP) $(NODE_STAMP)
 	$(BIN)/jupyter-book build . --builder html -n -W --keep-going
 
 ## test: everything CI checks
@@ -60,4 +67,4 @@ lock:
 	rm -rf .lock-venv
 
 clean:
-	rm -rf _build .pytest_cache .ruff_cache .hypothesis
+	rm -rf _build .pytest_cache .ruff_cache .hypothesis node_modules

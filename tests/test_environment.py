@@ -125,7 +125,12 @@ def test_makefile_installs_the_lock_and_ci_runs_make_test():
         for line in ci.splitlines()
         if line.strip() and not line.startswith(("#", "set ", "cd "))
     ]
-    assert commands == ["make test"]
+    *setup, test = commands
+    assert test == "make test", "CI runs the README's test command last"
+    # Before it, only the browser the browser tests drive, installed when missing.
+    assert all(
+        line.startswith("command -v chromium") and "apt-get install" in line for line in setup
+    ), setup
 
 
 def test_the_lock_reader_refuses_loose_pins(tmp_path):

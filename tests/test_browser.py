@@ -1,0 +1,306 @@
+"""The site as readers meet it: every page of the toc opened in a real browser.
+
+``make book`` writes ``_build/html``; these tests serve it on localhost and open each
+page in Debian's Chromium, driven by Playwright, with every request to another host
+blocked, as on a plane. A page passes when it shows no console or page error, asks
+for nothing from the network, renders its math with MathJax and its stored widgets,
+loads every image (each with alt text), has only internal links that resolve and
+the launch and download buttons, and when axe-core finds no serious or critical
+accessibility violation. Each page's screenshot goes to ``_build/screenshots/`` and a
+summary (page weight, violations of every impact) to ``_build/browser-report.json``.
+
+Without Chromium (``apt-get install chromium``) the tests are skipped with that
+message, unless ``CI`` is set: ``.ci/run`` installs it, and there a missing browser
+is a failure.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+import shutil
+import threading
+import urllib.parse
+from dataclasses import asdict, dataclass, field
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, toc_entries
+
+HTML = ROOT / "_build" / "html"
+SCREENSHOTS = ROOT / "_build" / "screenshots"
+REPORT = ROOT / "_build" / "browser-report.json"
+AXE = ROOT / "node_modules" / "axe-core" / "axe.min.js"
+PAGES = [f"{entry}.html" for entry in toc_entries()]
+CHAPTERS = [page for page in PAGES if page.startswith("notebooks/")]
+# What axe-core reports at these impacts fails a page; milder ones are only reported.
+BLOCKING = ("serious", "critical")
+TIMEOUT_MS = 60_000
+# As the machine's notes advise: no background traffic, no sandbox (tests run as root).
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+def chromium_path() -> str | None:
+    return (
+        os.environ.get("CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+    )
+
+
+class _Quiet(SimpleHTTPRequestHandler):
+    def log_message(self, format, *args):  # noqa: A002 - the base class's name
+        pass
+
+
+@pytest.fixture(scope="module")
+def origin():
+    """The built site, served on a free localhost port for the module's tests."""
+    if not (HTML / "index.html").exists():
+        pytest.fail("_build/html is missing: build the site with `make book`")
+    handler = functools.partial(_Quiet, directory=str(HTML))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+    thread.join()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    executable = chromium_path()
+    if executable is None:
+        message = "no Chromium found: `apt-get install chromium` (or set CHROMIUM) to run the browser tests"
+        if os.environ.get("CI"):
+            pytest.fail(message + " (CI must run them: .ci/run installs it)")
+        pytest.skip(message)
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        yield launched
+        launched.close()
+
+
+@dataclass
+class Visit:
+    """What one page did in the browser."""
+
+    page: str
+    console_errors: list[str] = field(default_factory=list)
+    page_errors: list[str] = field(default_factory=list)
+    blocked: list[str] = field(default_factory=list)  # requests to another host
+    failed: list[str] = field(default_factory=list)  # local requests that failed or 4xx/5xx
+    loaded: list[str] = field(default_factory=list)  # local paths fetched by the page
+    dom: dict = field(default_factory=dict)  # facts read from the rendered page
+    violations: list[dict] = field(default_factory=list)  # axe-core, every impact
+    weight: int = 0  # bytes of every local file the page loaded
+
+    def blocking_violations(self) -> list[dict]:
+        return [v for v in self.violations if v["impact"] in BLOCKING]
+
+
+# Read in the page after it has loaded, MathJax has typeset and the widgets have rendered.
+DOM_FACTS = """() => {
+  const visible = (el) => !!(el.offsetWidth || el.offsetHeight || el.getClientRects().length);
+  return {
+    math: Array.from(document.querySelectorAll('.math')).map(el => ({
+      rendered: el.querySelector('mjx-container') !== null,
+      error: el.querySelector('mjx-merror') !== null,
+      tex: el.textContent.slice(0, 60),
+    })),
+    images: Array.from(document.images).map(img => ({
+      src: img.getAttribute('src').slice(0, 80),
+      alt: img.getAttribute('alt'),
+      loaded: img.complete && img.naturalWidth > 0,
+      visible: visible(img),
+    })),
+    links: Array.from(document.querySelectorAll('a[href]')).map(a => a.href),
+    ids: Array.from(document.querySelectorAll('[id]')).map(el => el.id),
+    launch: Array.from(document.querySelectorAll('.dropdown-launch-buttons a')).map(a => a.href),
+    download: Array.from(document.querySelectorAll('.dropdown-download-buttons a, .dropdown-download-buttons button'))
+      .map(el => el.getAttribute('href') ? el.href : (el.getAttribute('title') || el.textContent.trim())),
+    widget_views: document.querySelectorAll('script[type="application/vnd.jupyter.widget-view+json"]').length,
+    widgets_rendered: document.querySelectorAll('.jupyter-widgets.widget-container, .jupyter-widgets.widget-inline-hbox, .jupyter-widgets.widget-box').length,
+    title: document.title,
+  };
+}"""
+
+RUN_AXE = """async () => {
+  const result = await axe.run(document, {resultTypes: ['violations']});
+  return result.violations.map(v => ({
+    id: v.id, impact: v.impact, help: v.help,
+    nodes: v.nodes.slice(0, 5).map(n => n.target.join(' ')),
+    count: v.nodes.length,
+  }));
+}"""
+
+WAIT_FOR_RENDERING = """async () => {
+  if (window.MathJax && MathJax.startup && MathJax.startup.promise) {
+    await MathJax.startup.promise;
+  }
+  const views = document.querySelectorAll('script[type="application/vnd.jupyter.widget-view+json"]');
+  const start = Date.now();
+  while (views.length && Date.now() - start < 20000) {
+    const rendered = document.querySelectorAll('.jupyter-widgets.widget-container, .jupyter-widgets.widget-box').length;
+    if (rendered >= views.length) break;
+    await new Promise(r => setTimeout(r, 100));
+  }
+}"""
+
+
+@pytest.fixture(scope="module")
+def visits(browser, origin):
+    """Each page visited once, on first use; the report is written at the end."""
+    done: dict[str, Visit] = {}
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, service_workers="block")
+    context.set_default_timeout(TIMEOUT_MS)
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+
+    def visit(page_path: str) -> Visit:
+        if page_path not in done:
+            done[page_path] = _visit(context, origin, page_path)
+        return done[page_path]
+
+    yield visit
+    context.close()
+    report = {
+        "pages": [
+            asdict(v) | {"dom": None, "loaded": sorted(set(v.loaded))} for v in done.values()
+        ],
+        "total_page_weight": sum(v.weight for v in done.values()),
+        "site_bytes": sum(p.stat().st_size for p in HTML.rglob("*") if p.is_file()),
+    }
+    REPORT.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+
+
+def _local_path(url: str, origin: str) -> Path | None:
+    if not url.startswith(origin + "/"):
+        return None
+    path = urllib.parse.unquote(urllib.parse.urlsplit(url).path).lstrip("/")
+    target = HTML / path
+    return target / "index.html" if target.is_dir() else target
+
+
+def _visit(context, origin: str, page_path: str) -> Visit:
+    visit = Visit(page_path)
+    page = context.new_page()
+
+    def route(r):
+        if r.request.url.startswith(origin + "/"):
+            r.continue_()
+        else:
+            visit.blocked.append(r.request.url[:120])
+            r.abort("blockedbyclient")
+
+    page.route("**/*", route)
+    page.on(
+        "console",
+        lambda m: visit.console_errors.append(m.text[:300]) if m.type == "error" else None,
+    )
+    page.on("pageerror", lambda e: visit.page_errors.append(str(e)[:300]))
+    page.on("requestfailed", lambda r: visit.failed.append(f"{r.url[:120]}: {r.failure}"))
+
+    def response(r):
+        if r.url.startswith(origin + "/"):
+            visit.loaded.append(urllib.parse.urlsplit(r.url).path)
+            if r.status >= 400:
+                visit.failed.append(f"{r.url[:120]}: HTTP {r.status}")
+
+    page.on("response", response)
+    page.goto(f"{origin}/{page_path}", wait_until="load")
+    page.evaluate(WAIT_FOR_RENDERING)
+    page.wait_for_load_state("networkidle")
+    visit.dom = page.evaluate(DOM_FACTS)
+    page.add_script_tag(content=AXE.read_text(encoding="utf-8"))
+    visit.violations = page.evaluate(RUN_AXE)
+    name = page_path.removesuffix(".html").replace("/", "__")
+    page.screenshot(path=SCREENSHOTS / f"{name}.png", full_page=True)
+    page.close()
+    files = {_local_path(origin + p, origin) for p in visit.loaded}
+    visit.weight = sum(f.stat().st_size for f in files if f is not None and f.is_file())
+    return visit
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_page_loads_without_errors_or_network(visits, page):
+    visit = visits(page)
+    assert not visit.page_errors, f"{page}: page errors {visit.page_errors}"
+    assert not visit.console_errors, f"{page}: console errors {visit.console_errors}"
+    assert not visit.blocked, f"{page} asked another host for {visit.blocked}"
+    assert not visit.failed, f"{page}: failed requests {visit.failed}"
+    assert (SCREENSHOTS / (page.removesuffix(".html").replace("/", "__") + ".png")).stat().st_size
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_math_is_typeset(visits, page):
+    math = visits(page).dom["math"]
+    source = (HTML / page).read_text(encoding="utf-8")
+    if 'class="math' in source:
+        assert math, f"{page} has math in its HTML that the browser did not find"
+    unrendered = [m["tex"] for m in math if not m["rendered"] or m["error"]]
+    assert not unrendered, f"{page}: MathJax did not typeset {unrendered[:3]}"
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_images_load_and_have_alt_text(visits, page):
+    for image in visits(page).dom["images"]:
+        assert image["loaded"], f"{page}: image {image['src']} did not load"
+        assert image["alt"] and image["alt"].strip(), (
+            f"{page}: image {image['src']} has no alt text"
+        )
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_internal_links_resolve_in_the_browser(visits, origin, page):
+    visit = visits(page)
+    for link in visit.dom["links"]:
+        target = _local_path(link.split("#")[0], origin)
+        if target is None:
+            continue
+        assert target.is_file(), f"{page}: link {link} points to no file"
+        fragment = urllib.parse.unquote(urllib.parse.urlsplit(link).fragment)
+        if fragment and target.suffix == ".html":
+            ids = set(re.findall(r'\sid="([^"]+)"', target.read_text(encoding="utf-8")))
+            assert fragment in ids, f"{page}: link {link} names an anchor its page lacks"
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_launch_and_download_buttons(visits, origin, page):
+    dom = visits(page).dom
+    assert dom["download"], f"{page} has no download button"
+    if page in CHAPTERS:
+        notebook = page.removeprefix("notebooks/").removesuffix(".html") + ".ipynb"
+        sources = [d for d in dom["download"] if d.endswith(notebook)]
+        assert sources, f"{page} offers no download of {notebook}: {dom['download']}"
+        assert _local_path(sources[0], origin).is_file()
+        assert any("mybinder.org" in link and notebook in link for link in dom["launch"]), dom[
+            "launch"
+        ]
+        assert any("colab.research.google.com" in link for link in dom["launch"]), dom["launch"]
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_stored_widgets_render(visits, page):
+    dom = visits(page).dom
+    assert dom["widgets_rendered"] >= dom["widget_views"], (
+        f"{page}: {dom['widget_views']} stored widgets, {dom['widgets_rendered']} rendered"
+    )
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_no_serious_accessibility_violation(visits, page):
+    violations = visits(page).blocking_violations()
+    assert not violations, f"{page}: axe-core found " + json.dumps(violations, indent=1)
