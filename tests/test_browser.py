@@ -16,18 +16,15 @@ is a failure.
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import re
-import shutil
-import threading
 import urllib.parse
 from dataclasses import asdict, dataclass, field
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from tools.site_server import CHROMIUM_ARGS, chromium_path, serve
 
 from conftest import ROOT, toc_entries
 
@@ -40,27 +37,6 @@ CHAPTERS = [page for page in PAGES if page.startswith("notebooks/")]
 # What axe-core reports at these impacts fails a page; milder ones are only reported.
 BLOCKING = ("serious", "critical")
 TIMEOUT_MS = 60_000
-# As the machine's notes advise: no background traffic, no sandbox (tests run as root).
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-
-
-def chromium_path() -> str | None:
-    return (
-        os.environ.get("CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
-    )
-
-
-class _Quiet(SimpleHTTPRequestHandler):
-    def log_message(self, format, *args):  # noqa: A002 - the base class's name
-        pass
 
 
 @pytest.fixture(scope="module")
@@ -68,21 +44,18 @@ def origin():
     """The built site, served on a free localhost port for the module's tests."""
     if not (HTML / "index.html").exists():
         pytest.fail("_build/html is missing: build the site with `make book`")
-    handler = functools.partial(_Quiet, directory=str(HTML))
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
-    thread.join()
+    with serve(HTML) as served:
+        yield served
 
 
 @pytest.fixture(scope="module")
 def browser():
     executable = chromium_path()
     if executable is None:
-        message = "no Chromium found: `apt-get install chromium` (or set CHROMIUM) to run the browser tests"
+        message = (
+            "no Chromium found: `apt-get install chromium` (or set CHROMIUM) "
+            "to run the browser tests"
+        )
         if os.environ.get("CI"):
             pytest.fail(message + " (CI must run them: .ci/run installs it)")
         pytest.skip(message)
@@ -112,8 +85,17 @@ class Visit:
         return [v for v in self.violations if v["impact"] in BLOCKING]
 
 
+# A stored widget's view (a script the widget manager replaces) and a rendered top widget.
+SELECTORS = """
+  const VIEWS = 'script[type="application/vnd.jupyter.widget-view+json"]';
+  const RENDERED = '.jupyter-widgets.widget-container, .jupyter-widgets.widget-box';
+"""
+
 # Read in the page after it has loaded, MathJax has typeset and the widgets have rendered.
-DOM_FACTS = """() => {
+DOM_FACTS = (
+    """() => {"""
+    + SELECTORS
+    + """
   const visible = (el) => !!(el.offsetWidth || el.offsetHeight || el.getClientRects().length);
   return {
     math: Array.from(document.querySelectorAll('.math')).map(el => ({
@@ -130,13 +112,15 @@ DOM_FACTS = """() => {
     links: Array.from(document.querySelectorAll('a[href]')).map(a => a.href),
     ids: Array.from(document.querySelectorAll('[id]')).map(el => el.id),
     launch: Array.from(document.querySelectorAll('.dropdown-launch-buttons a')).map(a => a.href),
-    download: Array.from(document.querySelectorAll('.dropdown-download-buttons a, .dropdown-download-buttons button'))
-      .map(el => el.getAttribute('href') ? el.href : (el.getAttribute('title') || el.textContent.trim())),
-    widget_views: document.querySelectorAll('script[type="application/vnd.jupyter.widget-view+json"]').length,
-    widgets_rendered: document.querySelectorAll('.jupyter-widgets.widget-container, .jupyter-widgets.widget-inline-hbox, .jupyter-widgets.widget-box').length,
+    download: Array.from(document.querySelectorAll(
+      '.dropdown-download-buttons a, .dropdown-download-buttons button'
+    )).map(el => el.getAttribute('href') ? el.href : (el.title || el.textContent.trim())),
+    widget_views: document.querySelectorAll(VIEWS).length,
+    widgets_rendered: document.querySelectorAll(RENDERED).length,
     title: document.title,
   };
 }"""
+)
 
 RUN_AXE = """async () => {
   const result = await axe.run(document, {resultTypes: ['violations']});
@@ -147,18 +131,21 @@ RUN_AXE = """async () => {
   }));
 }"""
 
-WAIT_FOR_RENDERING = """async () => {
+WAIT_FOR_RENDERING = (
+    """async () => {"""
+    + SELECTORS
+    + """
   if (window.MathJax && MathJax.startup && MathJax.startup.promise) {
     await MathJax.startup.promise;
   }
-  const views = document.querySelectorAll('script[type="application/vnd.jupyter.widget-view+json"]');
+  const views = document.querySelectorAll(VIEWS);
   const start = Date.now();
   while (views.length && Date.now() - start < 20000) {
-    const rendered = document.querySelectorAll('.jupyter-widgets.widget-container, .jupyter-widgets.widget-box').length;
-    if (rendered >= views.length) break;
+    if (document.querySelectorAll(RENDERED).length >= views.length) break;
     await new Promise(r => setTimeout(r, 100));
   }
 }"""
+)
 
 
 @pytest.fixture(scope="module")
@@ -304,3 +291,57 @@ def test_stored_widgets_render(visits, page):
 def test_no_serious_accessibility_violation(visits, page):
     violations = visits(page).blocking_violations()
     assert not violations, f"{page}: axe-core found " + json.dumps(violations, indent=1)
+
+
+CLOCKS_PAGE = "notebooks/06_properties.html"
+# The widget manager's stack draws only the picture selected: the one <img> in the widget.
+VISIBLE_FRAME = """() => Array.from(document.querySelectorAll('.widget-vbox img'))
+  .filter(img => img.offsetWidth > 0).map(img => img.getAttribute('alt'))"""
+
+
+def test_the_clocks_play_in_the_page_without_a_kernel(browser, origin):
+    """Chapter 6's stored widget runs in the browser alone: play moves slider and picture."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    blocked = []
+    page.route(
+        "**/*",
+        lambda r: (
+            r.continue_()
+            if r.request.url.startswith(origin + "/")
+            else (blocked.append(r.request.url), r.abort("blockedbyclient"))
+        ),
+    )
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(f"{origin}/{CLOCKS_PAGE}")
+    page.evaluate(WAIT_FOR_RENDERING)
+    handle = page.locator(".widget-slider .noUi-handle")
+    assert handle.count() == 1, "the clocks' slider did not render"
+    assert handle.get_attribute("aria-label") == "position"
+    (first,) = page.evaluate(VISIBLE_FRAME)
+    assert "row 0 " in first
+    play = page.get_by_role("button", name="Play or pause")
+    play.click()
+    page.wait_for_function(
+        "() => Number(document.querySelector('.widget-slider .noUi-handle')"
+        ".getAttribute('aria-valuenow')) >= 2",
+        timeout=20_000,
+    )
+    play.click()
+    value = int(float(handle.get_attribute("aria-valuenow")))
+    page.wait_for_timeout(1500)  # paused: the slider stays where it is
+    assert int(float(handle.get_attribute("aria-valuenow"))) == value
+    (shown,) = page.evaluate(VISIBLE_FRAME)
+    assert f"row {value} " in shown, (value, shown)
+    # The keyboard moves the slider, and the picture follows.
+    handle.focus()
+    page.keyboard.press("End")
+    page.wait_for_function(
+        "() => document.querySelector('.widget-slider .noUi-handle')"
+        ".getAttribute('aria-valuenow').startsWith('31')"
+    )
+    (last,) = page.evaluate(VISIBLE_FRAME)
+    assert "row 31 " in last
+    assert not errors and not blocked, (errors, blocked)
+    context.close()

@@ -119,15 +119,48 @@ def _version(nb):
     nb.metadata["language_info"]["version"] = "3.11.7"
 
 
-def _widget(tags, stored):
+def _widget(tags, stored, state=None):
     def edit(nb):
         view = {notebook_checks.WIDGET_VIEW: {"model_id": "m1", "version_major": 2}}
         nb.cells[1].outputs = [new_output("display_data", view)]
         nb.cells[1].metadata["tags"] = tags
-        state = {"m1": {"model_name": "IntSliderModel", "state": {}}} if stored else {}
-        nb.metadata["widgets"] = {notebook_checks.WIDGET_STATE: {"state": state}}
+        models = state or {"m1": {"model_name": "IntSliderModel", "state": {}}}
+        nb.metadata["widgets"] = {notebook_checks.WIDGET_STATE: {"state": models if stored else {}}}
 
     return edit
+
+
+def _model(name, **state):
+    return {"model_name": name, "state": state}
+
+
+def _player(link_slider=True, extra=None):
+    """A box holding a play button and a slider, both linked in the browser, and a picture."""
+    state = {
+        "m1": _model(
+            "VBoxModel", children=["IPY_MODEL_box", "IPY_MODEL_stack"], layout="IPY_MODEL_l"
+        ),
+        "box": _model("HBoxModel", children=["IPY_MODEL_play", "IPY_MODEL_slider"]),
+        "play": _model("PlayModel", style="IPY_MODEL_s"),
+        "slider": _model("IntSliderModel"),
+        "stack": _model("StackModel", children=["IPY_MODEL_pic" if extra is None else extra]),
+        "pic": _model("HTMLModel"),
+        "img": _model("ImageModel"),
+        "l": _model("LayoutModel"),
+        "s": _model("DescriptionStyleModel"),
+        "k1": _model(
+            "LinkModel", source=["IPY_MODEL_play", "value"], target=["IPY_MODEL_slider", "value"]
+        ),
+    }
+    if link_slider:
+        state["k2"] = _model(
+            "LinkModel",
+            source=["IPY_MODEL_slider", "value"],
+            target=["IPY_MODEL_stack", "selected_index"],
+        )
+    else:
+        state["k1"]["state"]["target"] = ["IPY_MODEL_stack", "selected_index"]
+    return state
 
 
 @pytest.mark.parametrize(
@@ -148,6 +181,11 @@ def _widget(tags, stored):
         (_version, "machine-specific"),
         (_widget(["remove-output"], stored=False), "widget state not stored"),
         (_widget([], stored=True), "without the remove-output tag"),
+        (_widget([], stored=True, state=_player(link_slider=False)), "IntSliderModel"),
+        (
+            _widget([], stored=True, state=_player(extra="IPY_MODEL_img")),
+            "ImageModel (needs a kernel)",
+        ),
     ],
     ids=lambda v: getattr(v, "__name__", None) if callable(v) else None,
 )
@@ -158,6 +196,10 @@ def test_each_rule_catches_its_defect(edit, expected):
 
 def test_a_stored_widget_left_off_the_site_passes():
     assert broken(_widget(["remove-output"], stored=True)) == []
+
+
+def test_a_widget_linked_in_the_browser_may_be_shown():
+    assert broken(_widget([], stored=True, state=_player())) == []
 
 
 def test_raises_exception_tag_allows_a_stored_error():

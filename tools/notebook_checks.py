@@ -112,12 +112,68 @@ def check_figures(nb) -> list[str]:
     return findings
 
 
-def check_widgets(nb) -> list[str]:
-    """A displayed ipywidget has its state stored and is left off the static site.
+# Widgets that do nothing by themselves: they hold or arrange what is shown.
+PASSIVE_WIDGETS = {
+    "BoxModel",
+    "HBoxModel",
+    "VBoxModel",
+    "StackModel",
+    "HTMLModel",
+    "HTMLMathModel",
+    "LabelModel",
+    "LayoutModel",
+}
+# Controls that work without a kernel when the widget manager links them (jslink).
+LINKABLE_CONTROLS = {"PlayModel", "IntSliderModel", "FloatSliderModel", "SelectionSliderModel"}
 
-    Jupyter and Binder rebuild the widget from the state in the notebook's metadata.
-    The site has no kernel, so a widget there would be a control that does nothing:
-    its cell must carry ``remove-output`` (and the page offer a kernel-free version).
+
+def _model_tree(state: dict, model_id: str) -> list[str]:
+    """The ids of ``model_id`` and of every model its state refers to, depth first."""
+    seen: list[str] = []
+    todo = [model_id]
+    while todo:
+        current = todo.pop()
+        if current in seen or current not in state:
+            continue
+        seen.append(current)
+        text = str(state[current].get("state", {}))
+        todo.extend(re.findall(r"IPY_MODEL_([0-9a-zA-Z_-]+)", text))
+    return seen
+
+
+def needs_a_kernel(state: dict, model_id: str) -> list[str]:
+    """What in a stored widget would need Python to respond: [] if the browser alone can run it.
+
+    A widget runs without a kernel when it is built from passive widgets (boxes, a
+    stack, HTML, labels, layouts and styles) and controls whose every move is linked
+    in the browser by a ``jslink`` stored beside them.
+    """
+    linked = set()
+    for model in state.values():
+        if model.get("model_name") == "LinkModel":
+            for end in ("source", "target"):
+                ref = model.get("state", {}).get(end) or ["", ""]
+                linked.add(str(ref[0]).removeprefix("IPY_MODEL_"))
+    problems = []
+    for node in _model_tree(state, model_id):
+        name = state[node].get("model_name", "")
+        if name in PASSIVE_WIDGETS or name.endswith("StyleModel"):
+            continue
+        if name in LINKABLE_CONTROLS and node in linked:
+            continue
+        problems.append(name if name in LINKABLE_CONTROLS else f"{name} (needs a kernel)")
+    return problems
+
+
+def check_widgets(nb) -> list[str]:
+    """A displayed ipywidget has its state stored, and the site shows it only if it runs alone.
+
+    Jupyter and Binder rebuild a widget from the state in the notebook's metadata, and
+    so does the widget manager on the static site, which has no kernel. A widget whose
+    controls call Python would be a control that does nothing there: its cell must
+    carry ``remove-output`` (and the page offer a kernel-free version). A widget built
+    only from passive parts and controls linked in the browser (``jslink``) may be
+    shown: the site's browser tests play it.
     """
     findings = []
     stored = nb.metadata.get("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
@@ -126,11 +182,14 @@ def check_widgets(nb) -> list[str]:
         for view in views:
             if view.get("model_id") not in stored:
                 findings.append(f"cell {index}: widget state not stored (make execute stores it)")
-        if views and REMOVE_OUTPUT not in cell.metadata.get("tags", []):
-            findings.append(
-                f"cell {index}: shows a live widget without the {REMOVE_OUTPUT} tag "
-                "(on the static site it would do nothing)"
-            )
+            elif REMOVE_OUTPUT not in cell.metadata.get("tags", []):
+                problems = needs_a_kernel(stored, view["model_id"])
+                if problems:
+                    findings.append(
+                        f"cell {index}: shows a widget that needs a kernel without the "
+                        f"{REMOVE_OUTPUT} tag (on the static site it would do nothing): "
+                        f"not linked in the browser: {', '.join(sorted(set(problems)))}"
+                    )
     return findings
 
 

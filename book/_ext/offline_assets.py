@@ -11,7 +11,8 @@ that ``make book`` installs with ``npm ci`` (pinned in ``package-lock.json``) in
   from elsewhere. MyST-NB adds it only to pages that store widget state.
 
 The build fails, before any notebook runs, if a package is missing or the
-configuration points at a file this extension does not copy.
+configuration points at a file that neither this extension copies nor the book's
+``html_static_path`` holds.
 """
 
 from __future__ import annotations
@@ -99,11 +100,13 @@ def _served() -> set[str]:
 def _check(app: Sphinx, config) -> None:
     served = _served()
     wanted = [config.mathjax_path, *config.nb_ipywidgets_js]
+    own = [Path(app.confdir, folder) for folder in config.html_static_path]
     for path in wanted:
-        if path not in served:
+        if path not in served and not any((folder / path).is_file() for folder in own):
             raise ExtensionError(
                 f"_config.yml asks the pages to load {path!r}, which the site does not serve "
-                f"(offline_assets copies {MATHJAX!r} and {WIDGETS!r})"
+                f"(offline_assets copies {MATHJAX!r} and {WIDGETS!r}; the book's own scripts "
+                "live in html_static_path)"
             )
 
 

@@ -92,10 +92,10 @@ def _wrap_rendering(app: Sphinx) -> None:
     render = app.builder.templates.render
     counts: dict[str, int] = {}
     app.site_fix_counts = counts
-    app.site_fix_pages = 0
+    app.site_fix_pages = set()
 
     def render_fixed(template: str, context: dict) -> str:
-        app.site_fix_pages += 1
+        app.site_fix_pages.add(context.get("pagename"))
         # Here, just before the template runs: extensions add scripts until then.
         drop_repeated_scripts(context)
         return fix_text(render(template, context), counts)
@@ -105,7 +105,7 @@ def _wrap_rendering(app: Sphinx) -> None:
 
 def _check_all_applied(app: Sphinx, exception: Exception | None) -> None:
     counts = getattr(app, "site_fix_counts", None)
-    if exception is not None or counts is None or app.site_fix_pages < len(app.env.found_docs):
+    if exception is not None or counts is None or not app.env.found_docs <= app.site_fix_pages:
         return
     unused = [name for name, _, _ in FIXES if counts.get(name, 0) == 0]
     if unused:
