@@ -16,6 +16,8 @@ is a failure.
 
 from __future__ import annotations
 
+import functools
+import gzip
 import json
 import os
 import re
@@ -80,6 +82,7 @@ class Visit:
     dom: dict = field(default_factory=dict)  # facts read from the rendered page
     violations: list[dict] = field(default_factory=list)  # axe-core, every impact
     weight: int = 0  # bytes of every local file the page loaded
+    weight_gzip: int = 0  # the same files gzip-compressed, as a server that compresses sends them
 
     def blocking_violations(self) -> list[dict]:
         return [v for v in self.violations if v["impact"] in BLOCKING]
@@ -168,6 +171,7 @@ def visits(browser, origin):
             asdict(v) | {"dom": None, "loaded": sorted(set(v.loaded))} for v in done.values()
         ],
         "total_page_weight": sum(v.weight for v in done.values()),
+        "total_page_weight_gzip": sum(v.weight_gzip for v in done.values()),
         "site_bytes": sum(p.stat().st_size for p in HTML.rglob("*") if p.is_file()),
     }
     REPORT.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
@@ -179,6 +183,11 @@ def _local_path(url: str, origin: str) -> Path | None:
     path = urllib.parse.unquote(urllib.parse.urlsplit(url).path).lstrip("/")
     target = HTML / path
     return target / "index.html" if target.is_dir() else target
+
+
+@functools.cache
+def _gzip_size(path: Path) -> int:
+    return len(gzip.compress(path.read_bytes(), compresslevel=6, mtime=0))
 
 
 def _visit(context, origin: str, page_path: str) -> Visit:
@@ -217,7 +226,9 @@ def _visit(context, origin: str, page_path: str) -> Visit:
     page.screenshot(path=SCREENSHOTS / f"{name}.png", full_page=True)
     page.close()
     files = {_local_path(origin + p, origin) for p in visit.loaded}
-    visit.weight = sum(f.stat().st_size for f in files if f is not None and f.is_file())
+    files = [f for f in files if f is not None and f.is_file()]
+    visit.weight = sum(f.stat().st_size for f in files)
+    visit.weight_gzip = sum(_gzip_size(f) for f in files)
     return visit
 
 

@@ -162,3 +162,35 @@ def test_chapter_six_offers_the_static_explorer():
     assert len(frames) == sizes[0] * sizes[1] == 16
     # The live explorer's code is on the page (for readers who launch a kernel).
     assert "Explorer(d_model=64" in "".join(read_page(CHAPTER_SIX).text)
+
+
+CHAPTER_PAGES = [page for page in toc_pages() if page.startswith("notebooks/")]
+
+
+def _section(text: str, section_id: str) -> str:
+    """The HTML of the section with this id, up to the next section of the same level."""
+    match = re.search(rf'<section id="{section_id}">(.*?)(?=<section id=|</article>)', text, re.S)
+    assert match, f"no section {section_id!r}"
+    return match.group(1)
+
+
+@pytest.mark.parametrize("page", CHAPTER_PAGES)
+def test_every_chapter_has_overview_exercises_with_hidden_solutions_and_whats_next(page):
+    text = (HTML / page).read_text(encoding="utf-8")
+    overview = _section(text, "overview") + _section(text, "prerequisites")
+    assert "Time to learn" in overview, f"{page}: the overview gives no time to learn"
+    exercises = _section(text, "exercises")
+    solutions = re.findall(r"<details([^>]*)>\s*<summary[^>]*>(.*?)</summary>", exercises, re.S)
+    solutions = [(attrs, summary) for attrs, summary in solutions if "Solution" in summary]
+    assert solutions, f"{page}: exercises without solutions in a dropdown"
+    assert all(" open" not in attrs for attrs, _ in solutions), f"{page}: a solution is shown"
+    # What's next links onwards: the next chapter, or for the last one, back into the book.
+    following = CHAPTER_PAGES[CHAPTER_PAGES.index(page) + 1 :]
+    links = re.findall(r'href="([^"#]+\.html)', _section(text, "what-s-next"))
+    targets = {
+        f"notebooks/{link}" if "/" not in link else link.removeprefix("../") for link in links
+    }
+    if following:
+        assert following[0] in targets, f"{page}: what's next does not link {following[0]}"
+    else:
+        assert targets, f"{page}: what's next links nowhere"
