@@ -166,11 +166,15 @@ def visits(browser, origin):
 
     yield visit
     context.close()
+    loaded = {p for v in done.values() for p in v.loaded}
     report = {
         "pages": [
             asdict(v) | {"dom": None, "loaded": sorted(set(v.loaded))} for v in done.values()
         ],
         "total_page_weight": sum(v.weight for v in done.values()),
+        # What a reader who opens every page downloads once, with a browser cache.
+        "distinct_weight": sum(f.stat().st_size for f in _files(origin, loaded)),
+        "distinct_weight_gzip": sum(_gzip_size(f) for f in _files(origin, loaded)),
         "total_page_weight_gzip": sum(v.weight_gzip for v in done.values()),
         "site_bytes": sum(p.stat().st_size for p in HTML.rglob("*") if p.is_file()),
     }
@@ -183,6 +187,12 @@ def _local_path(url: str, origin: str) -> Path | None:
     path = urllib.parse.unquote(urllib.parse.urlsplit(url).path).lstrip("/")
     target = HTML / path
     return target / "index.html" if target.is_dir() else target
+
+
+def _files(origin: str, paths) -> list[Path]:
+    """The distinct files behind the local paths a page requested."""
+    files = {_local_path(origin + p, origin) for p in paths}
+    return sorted(f for f in files if f is not None and f.is_file())
 
 
 @functools.cache
@@ -225,8 +235,7 @@ def _visit(context, origin: str, page_path: str) -> Visit:
     name = page_path.removesuffix(".html").replace("/", "__")
     page.screenshot(path=SCREENSHOTS / f"{name}.png", full_page=True)
     page.close()
-    files = {_local_path(origin + p, origin) for p in visit.loaded}
-    files = [f for f in files if f is not None and f.is_file()]
+    files = _files(origin, visit.loaded)
     visit.weight = sum(f.stat().st_size for f in files)
     visit.weight_gzip = sum(_gzip_size(f) for f in files)
     return visit
