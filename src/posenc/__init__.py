@@ -21,6 +21,8 @@ the benchmarks import these functions instead of re-typing them.
   product of the sinusoidal table (chapter 6).
 - :mod:`posenc.explorer` — chapter 6's interactive figure, live (ipywidgets) and
   static (HTML sliders). Import it by name: it needs matplotlib and ipywidgets.
+- :mod:`posenc.animation` — chapter 6's clocks: each pair of a row as a hand, played
+  by linked widgets that need no kernel. Import it by name, like the explorer.
 - :mod:`posenc.alternatives` — the alternatives that act inside
   attention: RoPE, ALiBi, T5 buckets, Shaw et al.'s clipped offsets, and NoPE's
   causal mask (chapter 8).
