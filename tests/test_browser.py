@@ -99,7 +99,6 @@ DOM_FACTS = (
     """() => {"""
     + SELECTORS
     + """
-  const visible = (el) => !!(el.offsetWidth || el.offsetHeight || el.getClientRects().length);
   return {
     math: Array.from(document.querySelectorAll('.math')).map(el => ({
       rendered: el.querySelector('mjx-container') !== null,
@@ -110,17 +109,14 @@ DOM_FACTS = (
       src: img.getAttribute('src').slice(0, 80),
       alt: img.getAttribute('alt'),
       loaded: img.complete && img.naturalWidth > 0,
-      visible: visible(img),
     })),
     links: Array.from(document.querySelectorAll('a[href]')).map(a => a.href),
-    ids: Array.from(document.querySelectorAll('[id]')).map(el => el.id),
     launch: Array.from(document.querySelectorAll('.dropdown-launch-buttons a')).map(a => a.href),
     download: Array.from(document.querySelectorAll(
       '.dropdown-download-buttons a, .dropdown-download-buttons button'
     )).map(el => el.getAttribute('href') ? el.href : (el.title || el.textContent.trim())),
     widget_views: document.querySelectorAll(VIEWS).length,
     widgets_rendered: document.querySelectorAll(RENDERED).length,
-    title: document.title,
   };
 }"""
 )
@@ -200,18 +196,24 @@ def _gzip_size(path: Path) -> int:
     return len(gzip.compress(path.read_bytes(), compresslevel=6, mtime=0))
 
 
-def _visit(context, origin: str, page_path: str) -> Visit:
-    visit = Visit(page_path)
-    page = context.new_page()
+def _block_other_hosts(page, origin: str, blocked: list[str]) -> None:
+    """Let the page reach the local server only; note every other request and abort it."""
 
     def route(r):
         if r.request.url.startswith(origin + "/"):
             r.continue_()
         else:
-            visit.blocked.append(r.request.url[:120])
+            blocked.append(r.request.url[:120])
             r.abort("blockedbyclient")
 
     page.route("**/*", route)
+
+
+def _visit(context, origin: str, page_path: str) -> Visit:
+    visit = Visit(page_path)
+    page = context.new_page()
+
+    _block_other_hosts(page, origin, visit.blocked)
     page.on(
         "console",
         lambda m: visit.console_errors.append(m.text[:300]) if m.type == "error" else None,
@@ -323,15 +325,8 @@ def test_the_clocks_play_in_the_page_without_a_kernel(browser, origin):
     """Chapter 6's stored widget runs in the browser alone: play moves slider and picture."""
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     page = context.new_page()
-    blocked = []
-    page.route(
-        "**/*",
-        lambda r: (
-            r.continue_()
-            if r.request.url.startswith(origin + "/")
-            else (blocked.append(r.request.url), r.abort("blockedbyclient"))
-        ),
-    )
+    blocked: list[str] = []
+    _block_other_hosts(page, origin, blocked)
     errors = []
     page.on("pageerror", lambda e: errors.append(str(e)))
     page.goto(f"{origin}/{CLOCKS_PAGE}")
