@@ -6,22 +6,25 @@ no timing metadata is recorded, widget model ids (random UUIDs in Jupyter) are
 renamed to ids derived from the notebook's name, and the interpreter's patch
 version is dropped from the notebook metadata.
 
-Cells marked ``# NBVAL_IGNORE_OUTPUT`` (timings, and figures drawn from them) give
-new outputs on every run. Their outputs are left out of the comparison: a file
-whose only differences are there is left as it is, so running twice still
-changes nothing. When anything else changes, the file is rewritten whole.
+What counts as a change is ``tools.compare_outputs``: text outputs under the
+project's sanitizer, and figures up to a few anti-aliased pixels; cells marked
+``# NBVAL_IGNORE_OUTPUT`` (timings, and figures drawn from them) are left out. A file
+whose fresh run is the same in that sense is left as it is, so running twice changes
+nothing, and neither does running on another CPU, whose kernels may change a figure's
+pixels in the last bits of its data. When anything else changes, the file is
+rewritten whole.
 
-``--check`` executes without writing and exits 1 if any file would change: the
-test suite uses it to prove that the committed outputs are what ``make execute``
-produces.
+``--check`` executes without writing and exits 1 if any file would change, naming the
+cells: the test suite uses it to prove that the committed outputs are what ``make
+execute`` produces. ``--cpu NAME`` runs the kernel under one of
+``tools.portability.CONFIGURATIONS`` (with ``--check`` only: outputs are stored from
+a plain run).
 """
 
 from __future__ import annotations
 
 import argparse
-import difflib
 import hashlib
-import itertools
 import os
 import re
 import sys
@@ -30,11 +33,12 @@ from pathlib import Path
 import nbformat
 from nbclient import NotebookClient
 
+from tools.compare_outputs import VOLATILE_MARK, differences
 from tools.notebook_checks import WIDGET_STATE, WIDGET_VIEW
+from tools.portability import CONFIGURATIONS
 
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
 CELL_TIMEOUT_SECONDS = 600
-VOLATILE_MARK = "NBVAL_IGNORE_OUTPUT"
 
 
 def _widget_ids(nb) -> list[str]:
@@ -86,17 +90,12 @@ def normalize(nb, name: str) -> str:
     return nbformat.writes(nbformat.reads(text, as_version=4), version=4) + "\n"
 
 
-def comparable(text: str) -> str:
-    """The notebook text with the outputs of volatile (NBVAL_IGNORE_OUTPUT) cells dropped."""
-    nb = nbformat.reads(text, as_version=4)
-    for cell in nb.cells:
-        if cell.cell_type == "code" and VOLATILE_MARK in cell.source:
-            cell.outputs = []
-    return nbformat.writes(nb, version=4)
+def execute(path: Path, *, cpu: str | None = None, allow_errors: bool = False) -> str:
+    """Run a notebook top to bottom in a fresh kernel; return its normalized text.
 
-
-def execute(path: Path) -> str:
-    """Run a notebook top to bottom in a fresh kernel; return its normalized text."""
+    ``cpu`` names a configuration of ``tools.portability.CONFIGURATIONS`` for the
+    kernel; with ``allow_errors`` a failing cell stores its error and the run goes on.
+    """
     nb = nbformat.read(path, as_version=4)
     for cell in nb.cells:
         if cell.cell_type == "code":
@@ -106,27 +105,20 @@ def execute(path: Path) -> str:
         nb,
         timeout=CELL_TIMEOUT_SECONDS,
         kernel_name="python3",
-        allow_errors=False,
+        allow_errors=allow_errors,
         record_timing=False,
         store_widget_state=True,
         resources={"metadata": {"path": str(path.parent)}},
     )
-    client.execute(env=_kernel_env())
+    client.execute(env=_kernel_env(cpu))
     return normalize(nb, path.stem)
 
 
-def _kernel_env() -> dict[str, str]:
+def _kernel_env(cpu: str | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONHASHSEED"] = "0"
+    env.update(CONFIGURATIONS[cpu] if cpu else {})
     return env
-
-
-def _first_lines_of_diff(current: str, fresh: str, path: Path, limit: int = 40) -> str:
-    """What a re-run would change, as the first ``limit`` lines of a unified diff."""
-    diff = difflib.unified_diff(
-        current.splitlines(), fresh.splitlines(), f"{path} (stored)", f"{path} (fresh)", lineterm=""
-    )
-    return "\n".join(itertools.islice(diff, limit))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -135,19 +127,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--check", action="store_true", help="write nothing; exit 1 if a file would change"
     )
+    parser.add_argument(
+        "--cpu", choices=sorted(CONFIGURATIONS), help="run the kernel as this CPU would"
+    )
     args = parser.parse_args(argv)
+    if args.cpu and not args.check:
+        parser.error("--cpu checks stored outputs; it needs --check")
     stale = []
+    where = f" ({args.cpu})" if args.cpu else ""
     for path in args.notebooks:
-        fresh = execute(path)
+        fresh = execute(path, cpu=args.cpu, allow_errors=args.check)
         current = path.read_text(encoding="utf-8")
+        changes = [] if fresh == current else differences(_json(current), _json(fresh))
         if fresh == current:
-            print(f"unchanged  {path}")
-        elif comparable(fresh) == comparable(current):
-            print(f"unchanged  {path}  (only {VOLATILE_MARK} outputs differ; kept)")
+            print(f"unchanged  {path}{where}")
+        elif not changes:
+            print(f"unchanged  {path}{where}  (only pixels or {VOLATILE_MARK} outputs differ; kept)")
         elif args.check:
             stale.append(path)
-            print(f"WOULD CHANGE  {path}")
-            print(_first_lines_of_diff(comparable(current), comparable(fresh), path))
+            print(f"WOULD CHANGE  {path}{where}")
+            print("\n".join(f"  {line}" for line in changes))
         else:
             path.write_text(fresh, encoding="utf-8")
             print(f"updated    {path}")
@@ -158,6 +157,10 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 1
     return 0
+
+
+def _json(text: str) -> dict:
+    return nbformat.reads(text, as_version=4)
 
 
 if __name__ == "__main__":

@@ -168,13 +168,18 @@ def describe(data: Frame) -> str:
 
 def alt_text(data: Frame) -> str:
     """A description of the picture for readers who cannot see it."""
-    lowest = int(np.argmin(data.similarity))
+    # The similarity is symmetric in the offset, so the lowest value may be reached at
+    # +k and -k alike; which of the two a CPU finds lower is decided by the last bit.
+    lowest = float(np.min(data.similarity))
+    near = data.offsets[data.similarity <= lowest + 1e-9]
+    closest = near[np.abs(near) == np.abs(near).min()]
+    where = f"±{abs(int(closest[0]))}" if len(closest) == 2 else f"{int(closest[0]):+d}"
     return (
         f"Left, a heatmap of the {data.length} by {data.d_model} sinusoidal table with base "
         f"{data.base:,.0f}: stripes alternate fast in the first columns and widen to the "
         f"right. Right, the cosine similarity between position {data.reference} and every "
         f"other position, plotted against the offset: 1 at offset 0, symmetric about it, "
-        f"lowest ({data.similarity[lowest]:.2f}) at offset {data.offsets[lowest]:+d}."
+        f"lowest ({lowest:.2f}) at offset {where}."
     )
 
 
@@ -258,8 +263,20 @@ class StaticExplorer(NamedTuple):
 
     @property
     def element_id(self) -> str:
-        """An id for the page element, derived from the content (stable across runs)."""
-        digest = hashlib.sha256(json.dumps(self._frames_json()).encode()).hexdigest()
+        """An id for the page element, derived from what it shows (stable across runs).
+
+        The pictures' bytes are left out: another CPU may draw a pixel differently.
+        """
+        described = {
+            "d_models": self.d_models,
+            "bases": self.bases,
+            "length": self.length,
+            "frames": {
+                key: {name: text for name, text in frame.items() if name != "src"}
+                for key, frame in self._frames_json().items()
+            },
+        }
+        digest = hashlib.sha256(json.dumps(described).encode()).hexdigest()
         return f"posenc-explorer-{digest[:12]}"
 
     def _frames_json(self) -> dict[str, dict[str, str]]:
