@@ -168,3 +168,16 @@ def test_static_explorer_is_deterministic(static):
     assert again.element_id == static.element_id
     other = explorer.static_explorer(d_models=(8, 16), bases=(100, 10000), length=32)
     assert other.element_id != static.element_id
+
+
+def test_the_page_element_and_its_description_do_not_depend_on_the_last_bit():
+    """The id ignores the pictures' bytes; a minimum reached at +k and -k is named ±k."""
+    gallery = explorer.static_explorer(d_models=(16,), bases=(10_000,), length=128)
+    frames = {
+        key: dict(value, src="data:image/png;base64,AAAA") for key, value in gallery.frames.items()
+    }
+    assert gallery._replace(frames=frames).element_id == gallery.element_id
+    frames = {key: dict(value, alt="other") for key, value in gallery.frames.items()}
+    assert gallery._replace(frames=frames).element_id != gallery.element_id
+    (frame,) = gallery.frames.values()
+    assert "lowest (0.23) at offset ±28." in frame["alt"]

@@ -103,6 +103,14 @@ def _ignored_claim(nb):
     nb.cells[1].source = "# NBVAL_IGNORE_OUTPUT\nassert x == 1"
 
 
+def _pinned_digits(nb):
+    nb.cells[1].source = 'gap = 5.7e-14\nassert f"{gap:.1e}" == "5.7e-14"'
+
+
+def _pinned_digits_in_a_tuple(nb):
+    nb.cells[1].source = 'assert (f"{a:.1e}", f"{b:.1e}") == ("7.7e-11", "1.1e-10")'
+
+
 def _figure_without_caption(nb):
     nb.cells[1].outputs = [new_output("display_data", {"image/png": "iVBORw0KGgo="})]
 
@@ -175,6 +183,8 @@ def _player(link_slider=True, extra=None):
         (_output("run at 2026-11-22 08:30:01"), "timestamp"),
         (_stderr, "stderr"),
         (_ignored_claim, "NBVAL_IGNORE_OUTPUT on a cell that asserts"),
+        (_pinned_digits, "printed digits of a float"),
+        (_pinned_digits_in_a_tuple, "printed digits of a float"),
         (_figure_without_caption, "without a caption"),
         (_no_title, "# Title"),
         (_long_cell, "longer than"),

@@ -105,7 +105,10 @@ def _parts(nb: dict) -> dict[str, object]:
         source = cell.get("source", "")
         source = "".join(source) if isinstance(source, list) else source
         outputs = [] if VOLATILE_MARK in source else cell.get("outputs", [])
-        parts[f"cell {index}"] = {"execution_count": cell.get("execution_count"), "outputs": outputs}
+        parts[f"cell {index}"] = {
+            "execution_count": cell.get("execution_count"),
+            "outputs": outputs,
+        }
     parts["widget state"] = nb.get("metadata", {}).get("widgets", {})
     return parts
 
@@ -132,7 +135,9 @@ def differences(stored: dict, fresh: dict, patterns=None) -> list[str]:
                 old_text.splitlines(), new_text.splitlines(), "stored", "fresh", lineterm="", n=0
             )
             changed = [line for line in diff if line[:1] in "+-" and line[:3] not in ("+++", "---")]
-            found.append(f"{name}: output differs: " + " | ".join(line[:160] for line in changed[:4]))
+            found.append(
+                f"{name}: output differs: " + " | ".join(line[:160] for line in changed[:4])
+            )
             continue
         for number, (old, new) in enumerate(zip(old_pictures, new_pictures, strict=True), 1):
             share = picture_difference(old, new)

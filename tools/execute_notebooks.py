@@ -142,7 +142,9 @@ def main(argv: list[str] | None = None) -> int:
         if fresh == current:
             print(f"unchanged  {path}{where}")
         elif not changes:
-            print(f"unchanged  {path}{where}  (only pixels or {VOLATILE_MARK} outputs differ; kept)")
+            print(
+                f"unchanged  {path}{where}  (only pixels or {VOLATILE_MARK} outputs differ; kept)"
+            )
         elif args.check:
             stale.append(path)
             print(f"WOULD CHANGE  {path}{where}")

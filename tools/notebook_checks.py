@@ -96,6 +96,26 @@ def check_claims_are_compared(nb) -> list[str]:
     return findings
 
 
+# An assert that compares a float's printed digits ("5.7e-14") holds only on the CPU
+# that printed them: other kernels change the last bits. Assert a bound instead.
+PINNED_DIGITS = re.compile(
+    r"""^\s*assert\b.*(==|!=)\s*[\[(]?\s*["'][-+]?\d[\d.]*e[-+]?\d+["']""", re.M
+)
+
+
+def check_pinned_digits(nb) -> list[str]:
+    """No assert pins the printed digits of a float: claims hold on every machine."""
+    findings = []
+    for index, cell in _code_cells(nb):
+        match = PINNED_DIGITS.search(cell.source)
+        if match:
+            findings.append(
+                f"cell {index}: asserts the printed digits of a float "
+                f"({match.group(0).strip()[:60]!r}); assert a bound that holds on every CPU"
+            )
+    return findings
+
+
 def check_figures(nb) -> list[str]:
     """Every figure needs a caption and alt text (myst-nb cell metadata)."""
     findings = []
@@ -219,6 +239,7 @@ ALL_CHECKS = (
     check_errors,
     check_volatile_outputs,
     check_claims_are_compared,
+    check_pinned_digits,
     check_figures,
     check_widgets,
 )
