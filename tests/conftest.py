@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 import sys
 from html.parser import HTMLParser
 from pathlib import Path
@@ -21,6 +23,14 @@ def toc_entries() -> list[str]:
     """The files _toc.yml lists (without suffix), root first, in reading order."""
     toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
     return [toc["root"]] + [c["file"] for part in toc.get("parts", []) for c in part["chapters"]]
+
+
+def network_can_be_cut() -> bool:
+    """Whether a command can run in a network namespace of its own (`unshare -n`)."""
+    if shutil.which("unshare") is None or shutil.which("ip") is None:
+        return False
+    probe = subprocess.run(["unshare", "-n", "true"], capture_output=True, check=False)
+    return probe.returncode == 0
 
 
 class Elements(HTMLParser):

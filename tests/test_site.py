@@ -10,10 +10,12 @@ import sys
 from html.parser import HTMLParser
 from pathlib import Path
 
+import nbformat
 import pytest
+from tools import install_cell
 from tools.notebook_checks import WIDGET_STATE, WIDGET_VIEW, needs_a_kernel
 
-from conftest import ROOT, Elements, toc_entries
+from conftest import NOTEBOOKS, ROOT, Elements, network_can_be_cut, toc_entries
 
 HTML = ROOT / "_build" / "html"
 
@@ -92,18 +94,19 @@ def test_bibliography_lists_what_the_chapters_cite():
         assert title in text, f"the bibliography lacks {title!r}"
 
 
-def network_can_be_cut() -> bool:
-    if shutil.which("unshare") is None or shutil.which("ip") is None:
-        return False
-    probe = subprocess.run(["unshare", "-n", "true"], capture_output=True, check=False)
-    return probe.returncode == 0
-
-
 @pytest.mark.slow
 def test_the_book_builds_strictly_with_no_network(tmp_path):
-    """Build again in a network namespace that has only loopback (kernels need it)."""
+    """Build again in a network namespace that has only loopback (kernels need it).
+
+    The build starts from the execution cache of `make book`, so it re-executes only
+    what changed since; the notebooks themselves run with the network cut in the
+    portability check (tests/test_portability.py).
+    """
     if not network_can_be_cut():
         pytest.skip("`unshare -n` and `ip` are needed to build with the network cut")
+    cache = ROOT / "_build" / ".jupyter_cache"
+    if cache.is_dir():
+        shutil.copytree(cache, tmp_path / "_build" / ".jupyter_cache")
     jupyter_book = Path(sys.executable).parent / "jupyter-book"
     command = (
         f'ip link set lo up && "{jupyter_book}" build . --builder html -n -W --keep-going '
@@ -194,3 +197,11 @@ def test_every_chapter_has_overview_exercises_with_hidden_solutions_and_whats_ne
         assert following[0] in targets, f"{page}: what's next does not link {following[0]}"
     else:
         assert targets, f"{page}: what's next links nowhere"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_the_install_cell_is_in_the_notebook_but_not_on_the_page(path):
+    page = read_page(f"notebooks/{path.stem}.html")
+    assert "invalidate_caches" not in " ".join(page.text)
+    source = install_cell.first_code_cell(nbformat.read(path, as_version=4)).source
+    assert "invalidate_caches" in source
