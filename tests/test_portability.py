@@ -147,3 +147,16 @@ def test_volatile_cells_errors_and_the_sanitizer():
 def test_an_edited_source_or_metadata_is_a_change():
     (line,) = compare_outputs.differences(_notebook(), _notebook(source="y"))
     assert line.startswith("notebook: output differs")
+
+
+def test_a_raised_error_is_reported_with_the_failing_line():
+    failing = _notebook()
+    traceback = [
+        "\x1b[31mAssertionError\x1b[39m",
+        "\x1b[32m---> \x1b[39m\x1b[32m3\x1b[39m assert x < 1",
+    ]
+    failing.cells[0].outputs = [
+        new_output("error", ename="AssertionError", evalue="", traceback=traceback)
+    ]
+    (line,) = compare_outputs.differences(_notebook(), failing)
+    assert line == "cell 0: raised AssertionError:  at ---> 3 assert x < 1"

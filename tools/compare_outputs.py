@@ -40,6 +40,8 @@ PNG_BASE64 = re.compile(r"iVBORw0KGgo[A-Za-z0-9+/=\n]*")
 # markers drawn from values that differ in the last bits. A changed figure (another
 # curve, colour, axis or size) changes far more.
 PIXEL_TOLERANCE = 0.002
+# The colours of a terminal traceback, left out of a report.
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def sanitize_patterns(path: Path = SANITIZE_FILE) -> list[tuple[re.Pattern, str]]:
@@ -156,7 +158,10 @@ def _new_error(old: object, new: object) -> str:
     kinds = [o.get("output_type") for o in old.get("outputs", [])]
     for output in new.get("outputs", []):
         if output.get("output_type") == "error" and "error" not in kinds:
-            return f"{output.get('ename')}: {output.get('evalue', '')[:200]}"
+            traceback = ANSI.sub("", "\n".join(output.get("traceback", [])))
+            lines = [line for line in traceback.splitlines() if re.match(r"-+> ", line)]
+            where = f" at {' '.join(lines[-1].split())}" if lines else ""
+            return f"{output.get('ename')}: {output.get('evalue', '')[:200]}{where}"
     return ""
 
 
