@@ -103,6 +103,10 @@ def _ignored_claim(nb):
     nb.cells[1].source = "# NBVAL_IGNORE_OUTPUT\nassert x == 1"
 
 
+def _marker_nbval_does_not_read(nb):
+    nb.cells[1].source = "# NBVAL_IGNORE_OUTPUT (a timing)\nx = 1"
+
+
 def _pinned_digits(nb):
     nb.cells[1].source = 'gap = 5.7e-14\nassert f"{gap:.1e}" == "5.7e-14"'
 
@@ -183,6 +187,7 @@ def _player(link_slider=True, extra=None):
         (_output("run at 2026-11-22 08:30:01"), "timestamp"),
         (_stderr, "stderr"),
         (_ignored_claim, "NBVAL_IGNORE_OUTPUT on a cell that asserts"),
+        (_marker_nbval_does_not_read, "nbval does not read this"),
         (_pinned_digits, "printed digits of a float"),
         (_pinned_digits_in_a_tuple, "printed digits of a float"),
         (_figure_without_caption, "without a caption"),

@@ -144,6 +144,13 @@ def test_volatile_cells_errors_and_the_sanitizer():
     assert compare_outputs.differences(one, two, patterns=[])
 
 
+def test_the_volatile_marker_is_read_as_nbval_reads_it():
+    assert compare_outputs.is_volatile("# NBVAL_IGNORE_OUTPUT\n# (a timing)\nx")
+    assert compare_outputs.is_volatile("x = 1\n  #  NBVAL_IGNORE_OUTPUT  ")
+    assert not compare_outputs.is_volatile("# NBVAL_IGNORE_OUTPUT (a timing)\nx")
+    assert not compare_outputs.is_volatile("print('NBVAL_IGNORE_OUTPUT')")
+
+
 def test_an_edited_source_or_metadata_is_a_change():
     (line,) = compare_outputs.differences(_notebook(), _notebook(source="y"))
     assert line.startswith("notebook: output differs")

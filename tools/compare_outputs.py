@@ -33,6 +33,20 @@ from PIL import Image
 ROOT = Path(__file__).resolve().parent.parent
 SANITIZE_FILE = ROOT / "tests" / "nbval_sanitize.cfg"
 VOLATILE_MARK = "NBVAL_IGNORE_OUTPUT"
+
+
+def is_volatile(source: str) -> bool:
+    """Whether nbval ignores the cell's output: a comment line that is the marker alone.
+
+    nbval reads ``# NBVAL_IGNORE_OUTPUT`` only as a whole comment; a line such as
+    ``# NBVAL_IGNORE_OUTPUT (a timing)`` is an ordinary comment to it.
+    """
+    return any(
+        line.strip().startswith("#") and line.strip().lstrip("#").strip() == VOLATILE_MARK
+        for line in source.splitlines()
+    )
+
+
 # A PNG in base64 starts with these characters (the PNG signature); JSON may break
 # the text into lines.
 PNG_BASE64 = re.compile(r"iVBORw0KGgo[A-Za-z0-9+/=\n]*")
@@ -106,7 +120,7 @@ def _parts(nb: dict) -> dict[str, object]:
             continue
         source = cell.get("source", "")
         source = "".join(source) if isinstance(source, list) else source
-        outputs = [] if VOLATILE_MARK in source else cell.get("outputs", [])
+        outputs = [] if is_volatile(source) else cell.get("outputs", [])
         parts[f"cell {index}"] = {
             "execution_count": cell.get("execution_count"),
             "outputs": outputs,

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import re
 
+from tools.compare_outputs import is_volatile
+
 MAX_CODE_CELL_LINES = 40
 MACHINE_PATH = re.compile(r"(/root/|/home/|/tmp/|/work/|/Users/|/private/var/|[A-Z]:\\\\)")
 MEMORY_ADDRESS = re.compile(r"\b0x[0-9a-fA-F]{6,}\b")
@@ -88,9 +90,18 @@ def check_volatile_outputs(nb) -> list[str]:
 
 
 def check_claims_are_compared(nb) -> list[str]:
-    """A cell whose output nbval ignores may not carry a claim (an assert)."""
+    """A cell whose output nbval ignores may not carry a claim (an assert).
+
+    The marker must be a comment line of its own, as nbval reads it: anything else on
+    the line makes nbval compare the output after all.
+    """
     findings = []
     for index, cell in _code_cells(nb):
+        if IGNORE_OUTPUT in cell.source and not is_volatile(cell.source):
+            findings.append(
+                f"cell {index}: nbval does not read this {IGNORE_OUTPUT}: "
+                "the marker must be a comment line of its own"
+            )
         if IGNORE_OUTPUT in cell.source and re.search(r"^\s*assert\b", cell.source, re.M):
             findings.append(f"cell {index}: {IGNORE_OUTPUT} on a cell that asserts a claim")
     return findings
