@@ -119,6 +119,19 @@ def _figure_without_caption(nb):
     nb.cells[1].outputs = [new_output("display_data", {"image/png": "iVBORw0KGgo="})]
 
 
+def _unnamed_source(text):
+    def edit(nb):
+        nb.cells.append(new_markdown_cell(text, id="mistake"))
+
+    edit.__name__ = "unnamed_source"
+    return edit
+
+
+def _mostly_hidden(nb):
+    nb.cells[1].metadata["tags"] = ["hide-input"]
+    nb.cells[2].metadata["tags"] = ["remove-input"]
+
+
 def _no_title(nb):
     nb.cells[0].source = "Some text"
 
@@ -191,6 +204,10 @@ def _player(link_slider=True, extra=None):
         (_pinned_digits, "printed digits of a float"),
         (_pinned_digits_in_a_tuple, "printed digits of a float"),
         (_figure_without_caption, "without a caption"),
+        (_unnamed_source("As one write-up puts it, ..."), "unnamed source"),
+        (_unnamed_source(":::{admonition} Errata: a slip"), "unnamed source"),
+        (_unnamed_source("Two tutorials repeat the claim."), "unnamed source"),
+        (_mostly_hidden, "at most half"),
         (_no_title, "# Title"),
         (_long_cell, "longer than"),
         (_version, "machine-specific"),
@@ -215,6 +232,18 @@ def test_a_stored_widget_left_off_the_site_passes():
 
 def test_a_widget_linked_in_the_browser_may_be_shown():
     assert broken(_widget([], stored=True, state=_player())) == []
+
+
+def test_a_common_mistake_stated_on_its_own_with_a_named_source_passes():
+    text = (
+        ":::{admonition} Common mistakes\n\nThe PyTorch tutorial "
+        "{cite:p}`pytorch_transformer_tutorial` and the tutorials of this book are named."
+    )
+    assert broken(lambda nb: nb.cells.append(new_markdown_cell(text, id="named"))) == []
+
+
+def test_half_of_the_code_cells_may_be_hidden():
+    assert broken(lambda nb: nb.cells[1].metadata.update(tags=["hide-input"])) == []
 
 
 def test_raises_exception_tag_allows_a_stored_error():

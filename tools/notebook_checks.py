@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 
+from tools.chapter_metrics import is_hidden, teaching_cells
 from tools.compare_outputs import is_volatile
 
 MAX_CODE_CELL_LINES = 40
@@ -244,6 +245,39 @@ def check_structure(nb) -> list[str]:
     return findings
 
 
+# Readers cannot check a source they are not told: a mistake is stated on its own
+# ("Common mistakes"), with a citation where one exists, never pinned on an unnamed
+# write-up or tutorial.
+UNNAMED_SOURCE = re.compile(
+    r"\b(errata|write-?ups?|this book grew|(a|one|two|three|several|some|many|other) "
+    r"tutorials?)\b",
+    re.I,
+)
+
+
+def check_sources_are_named(nb) -> list[str]:
+    findings = []
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type != "markdown":
+            continue
+        match = UNNAMED_SOURCE.search(cell.source)
+        if match:
+            findings.append(
+                f"cell {index}: points at an unnamed source ({match.group(0)!r}); state "
+                "the mistake on its own in a 'Common mistakes' box and cite it if public"
+            )
+    return findings
+
+
+def check_teaching_code_is_visible(nb) -> list[str]:
+    """At most half of a chapter's code cells are hidden on the site (remove/hide tags)."""
+    cells = teaching_cells(nb)
+    hidden = sum(is_hidden(c) for c in cells)
+    if 2 * hidden > len(cells):
+        return [f"{hidden} of {len(cells)} code cells are hidden on the site; at most half"]
+    return []
+
+
 ALL_CHECKS = (
     check_structure,
     check_executed_in_order,
@@ -253,6 +287,8 @@ ALL_CHECKS = (
     check_pinned_digits,
     check_figures,
     check_widgets,
+    check_sources_are_named,
+    check_teaching_code_is_visible,
 )
 
 

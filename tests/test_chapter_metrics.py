@@ -1,0 +1,76 @@
+"""What the site shows of chapters 1-5 stays a text to read, with the checks serving it.
+
+Chapters 1-5 teach one formula and its implementations; their visible code and visible
+asserts have a budget (pure verification runs in cells hidden on the site), and
+chapter 2 shows the table as a picture in its first half.
+"""
+
+from __future__ import annotations
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
+from tools import chapter_metrics
+
+from conftest import NOTEBOOKS
+
+FIRST_FIVE = NOTEBOOKS[:5]
+MAX_VISIBLE_CODE_LINES = 530
+MAX_VISIBLE_ASSERTS = 90
+
+
+def _metrics(paths):
+    return [chapter_metrics.measure(nbformat.read(p, as_version=4)) for p in paths]
+
+
+def test_the_first_five_chapters_are_the_sinusoidal_path():
+    stems = [p.stem.split("_", 1)[0] for p in FIRST_FIVE]
+    assert stems == ["01", "02", "03", "04", "05"]
+
+
+def test_chapters_one_to_five_keep_to_the_code_and_assert_budget():
+    metrics = _metrics(FIRST_FIVE)
+    lines = sum(m.visible_code_lines for m in metrics)
+    asserts = sum(m.visible_asserts for m in metrics)
+    assert lines <= MAX_VISIBLE_CODE_LINES, f"{lines} visible code lines in chapters 1-5"
+    assert asserts <= MAX_VISIBLE_ASSERTS, f"{asserts} visible asserts in chapters 1-5"
+
+
+def test_chapter_two_shows_the_table_in_its_first_half():
+    (chapter_two,) = _metrics(FIRST_FIVE[1:2])
+    assert chapter_two.figures >= 1, "chapter 2 has no figure"
+    assert chapter_two.first_figure_at < 0.5, "chapter 2's first figure is in its second half"
+
+
+def _chapter():
+    figure = new_output("display_data", {"image/png": "iVBORw0KGgo=", "text/plain": "<Figure>"})
+    cells = [
+        new_markdown_cell("# Title\n\nTwo words, `code` and $x^2$.\n\n$$\ny = 1\n$$"),
+        new_code_cell("import os", id="install-posenc", metadata={"tags": ["remove-cell"]}),
+        new_code_cell("x = 1\n\nassert x == 1\nassert x > 0"),
+        new_code_cell("assert True", metadata={"tags": ["hide-input"]}),
+        new_code_cell("plot()", outputs=[figure]),
+    ]
+    return new_notebook(cells=cells)
+
+
+def test_measure_counts_what_the_site_shows():
+    m = chapter_metrics.measure(_chapter())
+    # The install cell counts nowhere; the hidden cell's assert is not visible.
+    assert (m.visible_code_lines, m.visible_asserts) == (4, 2)
+    assert (m.hidden_cells, m.code_cells, m.figures) == (1, 3, 1)
+    assert m.first_figure_at == pytest.approx(4 / 5)
+    # "Title", "Two", "words", "and" plus one word each for `code` and $x^2$.
+    assert m.words == 6
+
+
+def test_a_chapter_without_figures_has_no_first_figure():
+    nb = _chapter()
+    nb.cells[-1].outputs = []
+    assert chapter_metrics.measure(nb).first_figure_at is None
+
+
+def test_the_report_lists_every_chapter_and_the_total(capsys):
+    assert chapter_metrics.main([str(p) for p in FIRST_FIVE]) == 0
+    out = capsys.readouterr().out
+    assert all(p.stem in out for p in FIRST_FIVE) and "total" in out
