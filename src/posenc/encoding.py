@@ -2,9 +2,9 @@
 
 ``sinusoidal`` is the entry point the rest of the book uses. Every angle it needs
 is computed in float64: chapter 5 measures why (the angle ``pos * omega`` is the
-error that matters, not the form of ``div_term``). Since chapter 10 it builds the
-table by angle addition (:mod:`posenc.fast`), with sin and cos computed only for a
-few exact angles and every row made of products and sums.
+error that matters, not the form of ``div_term``). It builds the table by angle
+addition (chapter 10, :mod:`posenc.fast`), with sin and cos computed only for a few
+exact angles and every row made of products and sums.
 """
 
 from __future__ import annotations
