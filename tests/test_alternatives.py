@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from posenc import layout_permutation
 from posenc.alternatives import (
+    PAIRINGS,
     alibi_bias,
     alibi_slopes,
     causal_mask,
@@ -295,3 +296,26 @@ def test_shaw_refuses_bad_input():
         shaw_relative_index(4, max_distance=-1)
     with pytest.raises(TypeError, match=r"q_len must be an integer"):
         shaw_relative_index(4.0, max_distance=2)
+
+
+@pytest.mark.parametrize("pairing", PAIRINGS)
+def test_partial_rotary_rotates_the_first_features_and_passes_the_rest(pairing):
+    x = np.random.default_rng(5).normal(size=(2, 6, 16))
+    positions = np.array([[0, 3, 9, 40, 41, 1000]])
+    out = rope(x, positions, pairing=pairing, rotary_dim=4)
+    # The first four features are a 4-wide RoPE of their own (frequencies base^(-2i/4)) ...
+    assert np.array_equal(out[..., :4], rope(x[..., :4], positions, pairing=pairing))
+    assert not np.allclose(out[..., :4], x[..., :4])
+    # ... and the other twelve are untouched.
+    assert np.array_equal(out[..., 4:], x[..., 4:])
+    assert np.array_equal(
+        rope(x, positions, pairing=pairing, rotary_dim=16), rope(x, positions, pairing=pairing)
+    )
+
+
+def test_partial_rotary_refuses_a_width_it_cannot_rotate():
+    for bad in (3, 18, 0):
+        with pytest.raises(ValueError, match="rotary_dim"):
+            rope(np.zeros((3, 16)), rotary_dim=bad)
+    with pytest.raises(TypeError, match="rotary_dim"):
+        rope(np.zeros((3, 16)), rotary_dim=4.0)

@@ -74,7 +74,14 @@ def _positions(positions, shape: tuple[int, ...]) -> np.ndarray:
     return array
 
 
-def rope(x, positions=None, *, base: float = 10000.0, pairing: str = "interleaved"):
+def rope(
+    x,
+    positions=None,
+    *,
+    base: float = 10000.0,
+    pairing: str = "interleaved",
+    rotary_dim: int | None = None,
+):
     """Rotary position embedding: rotate each pair of features by position * θ_i.
 
     Parameters
@@ -92,6 +99,10 @@ def rope(x, positions=None, *, base: float = 10000.0, pairing: str = "interleave
         LLaMA code pairs neighbours, the interleaved layout).
         The two are the same map up to the fixed column permutation
         :func:`posenc.layout_permutation`.
+    rotary_dim : int, optional
+        Partial rotary: only the first ``rotary_dim`` features (even, at most d) are
+        rotated, with θ_i = base^(-2i/rotary_dim), and the rest pass through unchanged,
+        as GPT-NeoX's ``rotary_pct`` does (0.25 of each head). Default: all d.
 
     Returns
     -------
@@ -100,13 +111,19 @@ def rope(x, positions=None, *, base: float = 10000.0, pairing: str = "interleave
     Angles are computed in float64 and rounded once to the dtype of ``x``.
     """
     x = floating_array("x", x, min_ndim=2)
-    d = x.shape[-1]
-    if d == 0 or d % 2:
+    width = x.shape[-1]
+    d = width if rotary_dim is None else integer("rotary_dim", rotary_dim, minimum=2)
+    if d == 0 or d % 2 or d > width:
         raise ValueError(
-            f"rope rotates pairs of features, so the last axis of x must be even and > 0, "
-            f"got d={d} (x has shape {x.shape})"
+            f"rope rotates pairs of features, so the rotated width must be even, > 0 and "
+            f"at most the last axis of x, got d={d} (rotary_dim={rotary_dim}, x has shape "
+            f"{x.shape})"
         )
     pairing = choice("pairing", pairing, PAIRINGS)
+    if d < width:
+        rotated = rope(x[..., :d], positions, base=base, pairing=pairing)
+        passed = np.broadcast_to(x[..., d:], (*rotated.shape[:-1], width - d))
+        return np.concatenate([rotated, passed], axis=-1)
     theta = rope_frequencies(d, base=base)
     angles = _positions(positions, x.shape)[..., None] * theta
     cos, sin = np.cos(angles).astype(x.dtype), np.sin(angles).astype(x.dtype)
