@@ -4,11 +4,12 @@ Import it by name (``import posenc.torch``): it needs PyTorch, which ``import po
 and chapters 1-6 do not.
 
 - :class:`SinusoidalPositionalEncoding` adds ``posenc.sinusoidal`` to its input. The
-  table is a buffer (it moves with ``.to(device)``, it is not trained) and it is
-  *not persistent*: it stays out of ``state_dict()``, because it is a function of
-  ``d_model`` and ``base`` and carries no information a checkpoint needs. A checkpoint
-  that does contain a table under ``pe`` (as the PyTorch tutorial's module writes one)
-  still loads, after that table has been checked against the formula.
+  table is a buffer (it moves with ``.to(device)``, it is not trained), built once at
+  construction, and *not persistent*: it stays out of ``state_dict()``, and ``base``
+  and ``d_model``, which determine it, belong in the model's configuration. A
+  checkpoint that does contain a table under ``pe`` (as the PyTorch tutorial's module
+  writes one) still loads, after that table has been checked against the formula (a
+  public ``register_load_state_dict_pre_hook``). ``forward`` never changes the module.
 - :class:`LearnedPositionalEncoding` adds a trainable ``(max_len, d_model)`` table.
 - :class:`TransformerWithPositionalEncoding`: token embedding (times sqrt(d_model)),
   one of the encodings above or none, then a stack of ``nn.TransformerEncoderLayer``.
@@ -122,12 +123,14 @@ class SinusoidalPositionalEncoding(_AddedPositionalEncoding):
     dropout : probability, applied after the sum (section 5.4 of the paper).
     batch_first : input layout, ``(batch, length, d_model)`` or ``(length, batch, d_model)``.
     base : the wavelength base, keyword-only.
-    extend : what a sequence longer than ``max_len`` gets. True (default): the table is
-        rebuilt, exactly, long enough for it (the formula has a row for every position),
-        and ``max_len`` becomes its new length. False: ``ValueError`` naming ``max_len``.
-    device, dtype : where and in what precision the table lives. Converting the module
-        later (``.to(torch.float64)``, ``.half()``) rebuilds the table exactly in the
-        new dtype rather than rounding the old one.
+    extend : what a sequence longer than ``max_len`` gets. True (default): the rows past
+        ``max_len`` are computed for that call, exactly (the formula has a row for every
+        position); the module itself does not change. False: ``ValueError`` naming
+        ``max_len``.
+    device, dtype : where and in what precision the table lives. Build the module in the
+        dtype it will run in: converting it later (``.double()``, ``.half()``) converts the
+        stored table like any buffer, so a float32 table made float64 keeps its float32
+        rounding (within 2**-25 of the exact values).
     """
 
     def __init__(
@@ -149,45 +152,37 @@ class SinusoidalPositionalEncoding(_AddedPositionalEncoding):
         if not dtype.is_floating_point:
             raise TypeError(f"dtype must be a floating-point torch dtype, got {dtype}")
         self.register_buffer("pe", self._build(self.max_len, dtype, device), persistent=False)
+        self.register_load_state_dict_pre_hook(self._check_stored_table)
 
-    def _build(self, length: int, dtype: torch.dtype, device) -> torch.Tensor:
-        table = sinusoidal(length, self.d_model, base=self.base)  # float64, exact
+    def _build(self, length: int, dtype: torch.dtype, device, start: int = 0) -> torch.Tensor:
+        table = sinusoidal(length, self.d_model, base=self.base, start=start)  # float64
         return torch.from_numpy(table).to(device=device, dtype=dtype)
 
     def rows(self, length: int) -> torch.Tensor:
-        if length > self.pe.shape[0]:
-            if not self.extend:
-                raise ValueError(
-                    f"sequence length {length} exceeds max_len={self.max_len} "
-                    "(built with extend=False)"
-                )
-            # Rebuild from float64, never from the stored rows: the new table is exact.
-            self.max_len = max(length, 2 * self.pe.shape[0])
-            self.pe = self._build(self.max_len, self.pe.dtype, self.pe.device)
-        return self.pe[:length]
+        stored = self.pe.shape[0]
+        if length <= stored:
+            return self.pe[:length]
+        if not self.extend:
+            raise ValueError(
+                f"sequence length {length} exceeds max_len={self.max_len} (built with extend=False)"
+            )
+        # The rows past max_len are computed for this call, from float64, and the module
+        # is left as it was: forward never reassigns a buffer (torch.compile, CUDA graphs
+        # and DistributedDataParallel's buffer broadcast all assume it does not).
+        extra = self._build(length - stored, self.pe.dtype, self.pe.device, start=stored)
+        return torch.cat([self.pe, extra])
 
-    def _apply(self, fn, recurse=True):
-        # .to(dtype), .double(), .half() would round or widen the stored table; rebuild it
-        # from the formula instead, so that it is exact in its new dtype.
-        super()._apply(fn, recurse)
-        self.pe = self._build(self.pe.shape[0], self.pe.dtype, self.pe.device)
-        return self
-
-    def _load_from_state_dict(
-        self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+    def _check_stored_table(
+        self, module, state_dict, prefix, local_metadata, strict, missing, unexpected, errors
     ):
         # A checkpoint written by a module that persisted its table (the PyTorch
         # tutorial's does) has a "pe" entry. It is checked against the formula, never
         # copied: a wrong table in a checkpoint would otherwise silently replace it.
-        key = prefix + "pe"
-        if key in state_dict:
-            stored = state_dict.pop(key)
+        stored = state_dict.pop(prefix + "pe", None)
+        if stored is not None:
             problem = self._stored_table_problem(stored)
             if problem:
-                error_msgs.append(f"{key}: {problem}")
-        super()._load_from_state_dict(
-            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
-        )
+                errors.append(f"{prefix}pe: {problem}")
 
     def _stored_table_problem(self, stored: torch.Tensor) -> str | None:
         # Sequence-first code saves (max_len, 1, d_model), batch-first code (1, max_len,
