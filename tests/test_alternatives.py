@@ -319,3 +319,111 @@ def test_partial_rotary_refuses_a_width_it_cannot_rotate():
             rope(np.zeros((3, 16)), rotary_dim=bad)
     with pytest.raises(TypeError, match="rotary_dim"):
         rope(np.zeros((3, 16)), rotary_dim=4.0)
+
+
+# --- The forms chapter 8 teaches: complex numbers, rotate_half, weight permutation -------
+
+
+@pytest.mark.parametrize("base", [10000.0, 500.0])
+def test_rope_interleaved_is_a_product_with_a_complex_exponential(base):
+    # Meta's LLaMA form: neighbours (x_2i, x_2i+1) as x_2i + j x_2i+1, times e^{j p theta_i}.
+    x, positions = _random((9, 32), seed=3), np.arange(100, 109)
+    z = x[:, 0::2] + 1j * x[:, 1::2]
+    z = z * np.exp(1j * positions[:, None] * rope_frequencies(32, base=base))
+    out = rope(x, positions, base=base)
+    np.testing.assert_allclose(out[:, 0::2], z.real, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(out[:, 1::2], z.imag, rtol=0, atol=1e-12)
+
+
+def test_rope_half_is_the_rotate_half_form_of_gpt_neox():
+    def rotate_half(v):
+        return np.concatenate([-v[..., 4:], v[..., :4]], axis=-1)
+
+    x, positions = _random((6, 8), seed=4), np.arange(6) * 37
+    angles = positions[:, None] * rope_frequencies(8)
+    angles = np.concatenate([angles, angles], axis=-1)  # cat((freqs, freqs))
+    neox = x * np.cos(angles) + rotate_half(x) * np.sin(angles)
+    np.testing.assert_allclose(rope(x, positions, pairing="half"), neox, rtol=0, atol=1e-14)
+
+
+@pytest.mark.parametrize(("n_heads", "head_dim"), [(1, 8), (3, 16), (4, 64)])
+def test_hf_llama_permute_lets_the_half_pairing_give_the_interleaved_scores(n_heads, head_dim):
+    # convert_llama_weights_to_hf.permute: w.view(n_heads, head_dim // 2, 2, dim).transpose(1, 2)
+    dim = n_heads * head_dim
+    w_q, w_k = _random((dim, dim), seed=5), _random((dim, dim), seed=6)
+    tokens = _random((7, dim), seed=7)
+
+    def permute(w):
+        return w.reshape(n_heads, head_dim // 2, 2, dim).transpose(0, 2, 1, 3).reshape(dim, dim)
+
+    order = np.concatenate([h * head_dim + layout_permutation(head_dim) for h in range(n_heads)])
+    assert np.array_equal(permute(w_q), w_q[order])
+    for h in range(n_heads):
+        rows = np.s_[:, h * head_dim : (h + 1) * head_dim]
+
+        def scores(wq, wk, pairing, rows=rows):
+            q, k = (tokens @ wq.T)[rows], (tokens @ wk.T)[rows]
+            return rope(q, pairing=pairing) @ rope(k, pairing=pairing).T
+
+        meta = scores(w_q, w_k, "interleaved")
+        np.testing.assert_allclose(scores(permute(w_q), permute(w_k), "half"), meta, atol=1e-9)
+        if head_dim > 2:  # with one pair per head the two pairings coincide
+            assert not np.allclose(scores(permute(w_q), permute(w_k), "interleaved"), meta)
+
+
+def test_rope_scores_of_unit_pairs_are_the_sinusoid_offset_dot_product():
+    from posenc.properties import offset_dot_product
+
+    phase = np.random.default_rng(8).uniform(0, 2 * np.pi, size=16)
+    unit = np.empty(32)
+    unit[0::2], unit[1::2] = np.cos(phase), np.sin(phase)
+    positions = np.arange(0, 3000, 11)
+    rotated = rope(np.tile(unit, (positions.size, 1)), positions)
+    offsets = positions[None, :] - positions[:, None]
+    np.testing.assert_allclose(rotated @ rotated.T, offset_dot_product(offsets, 32), atol=1e-10)
+
+
+@pytest.mark.parametrize("pairing", PAIRINGS)
+def test_partial_rotary_score_is_a_rope_score_plus_a_position_free_term(pairing):
+    q, k = _random((1, 96), seed=9), _random((1, 96), seed=10)
+    free = (q[:, 24:] @ k[:, 24:].T).item()
+    for m, n in [(0, 5), (900, 905), (7, 3), (2048, 0)]:
+        score = (
+            rope(q, [m], pairing=pairing, rotary_dim=24)
+            @ rope(k, [n], pairing=pairing, rotary_dim=24).T
+        )
+        rotated = rope(q[:, :24], [m], pairing=pairing) @ rope(k[:, :24], [n], pairing=pairing).T
+        assert score.item() == pytest.approx(rotated.item() + free, abs=1e-12)
+
+
+def _t5_rule(offset, bidirectional, num_buckets, max_distance):
+    """T5's bucket rule stated in words, in exact integer arithmetic."""
+    side = num_buckets // 2 if bidirectional else num_buckets
+    r = abs(offset) if bidirectional else max(-offset, 0)
+    exact, ratio = side // 2, max_distance // (side // 2)
+    # bucket exact + t starts at the first distance r >= exact * ratio ** (t / exact)
+    t = sum(r**exact >= exact**exact * ratio**s for s in range(1, exact))
+    shift = side if bidirectional and offset > 0 else 0
+    return shift + (r if r < exact else exact + t)
+
+
+@pytest.mark.parametrize(("num_buckets", "max_distance"), [(32, 128), (64, 256), (16, 64)])
+@pytest.mark.parametrize("bidirectional", [True, False])
+def test_t5_buckets_follow_the_rule_in_words(num_buckets, max_distance, bidirectional):
+    offsets = np.arange(-3 * max_distance, 3 * max_distance + 1)
+    rule = [_t5_rule(int(o), bidirectional, num_buckets, max_distance) for o in offsets]
+    buckets = t5_relative_position_bucket(
+        offsets, bidirectional=bidirectional, num_buckets=num_buckets, max_distance=max_distance
+    )
+    assert np.array_equal(buckets, rule)
+
+
+def test_alibi_slopes_follow_the_recursive_rule_of_the_papers_code():
+    def rule(n):
+        if n & (n - 1) == 0:
+            return [2 ** (-8 * h / n) for h in range(1, n + 1)]
+        p = 2 ** (n.bit_length() - 1)
+        return rule(p) + rule(2 * p)[0::2][: n - p]
+
+    for n in range(1, 129):
+        np.testing.assert_allclose(alibi_slopes(n), rule(n), rtol=1e-15, atol=0)

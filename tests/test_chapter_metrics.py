@@ -1,8 +1,9 @@
-"""What the site shows of chapters 1-5 stays a text to read, with the checks serving it.
+"""What the site shows of chapters 1-8 stays a text to read, with the checks serving it.
 
-Chapters 1-5 teach one formula and its implementations; their visible code and visible
-asserts have a budget (pure verification runs in cells hidden on the site), and
-chapter 2 shows the table as a picture in its first half.
+Chapters 1-5 teach one formula and its implementations, chapters 6-8 one thread from
+the rotation property to RoPE; each group's visible code and visible asserts have a
+budget (pure verification runs in cells hidden on the site). Chapter 2 shows the table
+as a picture in its first half; chapter 8 writes RoPE both ways real code does.
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ from conftest import NOTEBOOKS
 FIRST_FIVE = NOTEBOOKS[:5]
 MAX_VISIBLE_CODE_LINES = 530
 MAX_VISIBLE_ASSERTS = 90
+SIX_TO_EIGHT = NOTEBOOKS[5:8]
+MAX_VISIBLE_CODE_LINES_6_8 = 830
+MAX_VISIBLE_ASSERTS_6_8 = 140
 
 
 def _metrics(paths):
@@ -34,6 +38,35 @@ def test_chapters_one_to_five_keep_to_the_code_and_assert_budget():
     asserts = sum(m.visible_asserts for m in metrics)
     assert lines <= MAX_VISIBLE_CODE_LINES, f"{lines} visible code lines in chapters 1-5"
     assert asserts <= MAX_VISIBLE_ASSERTS, f"{asserts} visible asserts in chapters 1-5"
+
+
+def test_chapters_six_to_eight_are_the_thread_to_rope():
+    stems = [p.stem for p in SIX_TO_EIGHT]
+    assert stems == ["06_properties", "07_inside_a_model", "08_alternatives"]
+
+
+def test_chapters_six_to_eight_keep_to_the_code_and_assert_budget():
+    metrics = _metrics(SIX_TO_EIGHT)
+    lines = sum(m.visible_code_lines for m in metrics)
+    asserts = sum(m.visible_asserts for m in metrics)
+    assert lines <= MAX_VISIBLE_CODE_LINES_6_8, f"{lines} visible code lines in chapters 6-8"
+    assert asserts <= MAX_VISIBLE_ASSERTS_6_8, f"{asserts} visible asserts in chapters 6-8"
+
+
+def _visible_code(path) -> str:
+    notebook = nbformat.read(path, as_version=4)
+    return "\n".join(
+        c.source
+        for c in notebook.cells
+        if c.cell_type == "code" and not chapter_metrics.is_hidden(c)
+    )
+
+
+def test_chapter_eight_writes_rope_in_complex_and_rotate_half_form_with_partial_rotary():
+    code = _visible_code(SIX_TO_EIGHT[2])
+    assert "1j" in code, "chapter 8 shows no complex form of RoPE (q * e^{i m theta})"
+    assert "def rotate_half" in code, "chapter 8 shows no rotate_half form"
+    assert "rotary_dim" in code, "chapter 8 shows no partial rotary"
 
 
 def test_chapter_two_shows_the_table_in_its_first_half():

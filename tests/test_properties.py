@@ -162,3 +162,25 @@ def test_wavelengths_bad_input():
         wavelengths(True)
     with pytest.raises(ValueError, match="base must be finite and > 0"):
         wavelengths(8, base=math.inf)
+
+
+@pytest.mark.parametrize("d_model", [2, 4, 128])
+def test_closest_rows_by_offset_match_every_pair_of_rows(d_model):
+    """Chapter 6 finds the two closest rows by trying each offset k once.
+
+    Rows k apart are sqrt(d_model - 2 S(k)) apart, whatever the position; here all
+    1,999,000 pairs of the first 2000 rows are compared instead. The brute force
+    subtracts nearly equal numbers where two rows nearly coincide, so the distances
+    agree to a relative 1e-6.
+    """
+    n = 2000
+    offsets = np.arange(1, n)
+    by_offset = np.sqrt(np.maximum(d_model - 2 * offset_dot_product(offsets, d_model), 0))
+    table = sinusoidal(n, d_model)
+    squared = np.einsum("ij,ij->i", table, table)
+    rows, cols = np.triu_indices(n, k=1)  # every pair p < q once
+    pair_sq = (squared[:, None] + squared[None, :] - 2 * (table @ table.T))[rows, cols]
+    best = pair_sq.argmin()
+    assert cols[best] - rows[best] == offsets[by_offset.argmin()]
+    brute = math.sqrt(max(pair_sq[best], 0.0))
+    assert brute == pytest.approx(by_offset.min(), rel=1e-6)

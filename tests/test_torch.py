@@ -459,3 +459,30 @@ def test_the_encoding_compiles_and_keeps_its_values():
     longer = torch.randn(2, 30, 16)
     assert torch.equal(torch.compile(module, backend="eager")(longer), module(longer))
     assert module.pe.shape[0] == 20
+
+
+# --- what a checkpoint does not record (chapter 7) ---------------------------------------
+
+
+def test_the_base_is_configuration_not_checkpoint_state():
+    # A non-persistent table leaves nothing in the checkpoint that names the base: a
+    # module built with another base loads the state without an error and keeps its
+    # own table. Chapter 7 shows this trade-off; the base belongs in the configuration.
+    trained = pt.SinusoidalPositionalEncoding(16, max_len=32, base=10000.0)
+    changed = pt.SinusoidalPositionalEncoding(16, max_len=32, base=1000.0)
+    result = changed.load_state_dict(trained.state_dict())
+    assert result.missing_keys == [] and result.unexpected_keys == []
+    assert torch.equal(changed.pe, float32_table(32, 16, base=1000.0))
+    assert (changed.pe - trained.pe).abs().max().item() > 0.1
+    assert "base=1000" in repr(changed) and "base=10000" in repr(trained)
+
+
+def test_a_persistent_table_of_another_length_does_not_load():
+    # The rigidity chapter 7 names: PyTorch refuses a persisted buffer of another shape.
+    class Saved(nn.Module):
+        def __init__(self, length):
+            super().__init__()
+            self.register_buffer("pe", float32_table(length, 16))
+
+    with pytest.raises(RuntimeError, match="size mismatch for pe"):
+        Saved(10).load_state_dict(Saved(20).state_dict())
