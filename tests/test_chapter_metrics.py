@@ -16,41 +16,27 @@ from tools import chapter_metrics
 from conftest import NOTEBOOKS
 
 FIRST_FIVE = NOTEBOOKS[:5]
-MAX_VISIBLE_CODE_LINES = 530
-MAX_VISIBLE_ASSERTS = 90
 SIX_TO_EIGHT = NOTEBOOKS[5:8]
-MAX_VISIBLE_CODE_LINES_6_8 = 830
-MAX_VISIBLE_ASSERTS_6_8 = 140
+# (chapters, their stems, visible code lines at most, visible asserts at most)
+BUDGETS = {
+    "1-5": (FIRST_FIVE, ["01", "02", "03", "04", "05"], 530, 90),
+    "6-8": (SIX_TO_EIGHT, ["06", "07", "08"], 830, 140),
+}
 
 
 def _metrics(paths):
     return [chapter_metrics.measure(nbformat.read(p, as_version=4)) for p in paths]
 
 
-def test_the_first_five_chapters_are_the_sinusoidal_path():
-    stems = [p.stem.split("_", 1)[0] for p in FIRST_FIVE]
-    assert stems == ["01", "02", "03", "04", "05"]
-
-
-def test_chapters_one_to_five_keep_to_the_code_and_assert_budget():
-    metrics = _metrics(FIRST_FIVE)
+@pytest.mark.parametrize("group", BUDGETS)
+def test_each_group_of_chapters_keeps_to_its_code_and_assert_budget(group):
+    paths, stems, max_lines, max_asserts = BUDGETS[group]
+    assert [p.stem.split("_", 1)[0] for p in paths] == stems
+    metrics = _metrics(paths)
     lines = sum(m.visible_code_lines for m in metrics)
     asserts = sum(m.visible_asserts for m in metrics)
-    assert lines <= MAX_VISIBLE_CODE_LINES, f"{lines} visible code lines in chapters 1-5"
-    assert asserts <= MAX_VISIBLE_ASSERTS, f"{asserts} visible asserts in chapters 1-5"
-
-
-def test_chapters_six_to_eight_are_the_thread_to_rope():
-    stems = [p.stem for p in SIX_TO_EIGHT]
-    assert stems == ["06_properties", "07_inside_a_model", "08_alternatives"]
-
-
-def test_chapters_six_to_eight_keep_to_the_code_and_assert_budget():
-    metrics = _metrics(SIX_TO_EIGHT)
-    lines = sum(m.visible_code_lines for m in metrics)
-    asserts = sum(m.visible_asserts for m in metrics)
-    assert lines <= MAX_VISIBLE_CODE_LINES_6_8, f"{lines} visible code lines in chapters 6-8"
-    assert asserts <= MAX_VISIBLE_ASSERTS_6_8, f"{asserts} visible asserts in chapters 6-8"
+    assert lines <= max_lines, f"{lines} visible code lines in chapters {group}"
+    assert asserts <= max_asserts, f"{asserts} visible asserts in chapters {group}"
 
 
 def _visible_code(path) -> str:
