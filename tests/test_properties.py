@@ -11,7 +11,12 @@ from hypothesis import strategies as st
 
 from posenc import reference
 from posenc.encoding import frequencies, layout_permutation, sinusoidal
-from posenc.properties import offset_dot_product, rotation_matrix, wavelengths
+from posenc.properties import (
+    diagonal_spread,
+    offset_dot_product,
+    rotation_matrix,
+    wavelengths,
+)
 
 EVEN_D_MODELS = [2, 4, 8, 16, 64, 128, 512]
 
@@ -184,3 +189,27 @@ def test_closest_rows_by_offset_match_every_pair_of_rows(d_model):
     assert cols[best] - rows[best] == offsets[by_offset.argmin()]
     brute = math.sqrt(max(pair_sq[best], 0.0))
     assert brute == pytest.approx(by_offset.min(), rel=1e-6)
+
+
+def test_diagonal_spread_is_zero_for_a_function_of_the_offset_only():
+    offsets = np.arange(6)[None, :] - np.arange(4)[:, None]  # key - query, (4, 6)
+    scores = np.sin(0.3 * offsets) + offsets**2
+    spread = diagonal_spread(scores)
+    assert spread.shape == (4 + 6 - 1,) and not spread.any()
+    scores[1, 3] += 0.5  # offset 2: entry 2 + 3 of the result
+    spread = diagonal_spread(scores)
+    assert spread[2 + 3] == 0.5 and np.count_nonzero(spread) == 1
+
+
+def test_diagonal_spread_tells_a_shift_head_from_a_random_head():
+    table = sinusoidal(40, 16)
+    shift = table @ rotation_matrix(5, 16).T @ table.T
+    random_head = np.random.default_rng(0).standard_normal((16, 16))
+    assert diagonal_spread(shift).max() < 1e-12
+    assert diagonal_spread(table @ random_head @ table.T).max() > 1
+
+
+def test_diagonal_spread_refuses_what_is_not_a_matrix():
+    for bad in (np.zeros(3), np.zeros((2, 2, 2)), np.zeros((0, 3))):
+        with pytest.raises(ValueError, match="scores"):
+            diagonal_spread(bad)

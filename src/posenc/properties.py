@@ -9,7 +9,9 @@ the angle ``k * w_i``; everything here follows from that:
 - :func:`rotation_matrix` — the block-diagonal matrix ``M_k`` with
   ``PE(p + k) = M_k @ PE(p)`` for every p;
 - :func:`offset_dot_product` — ``PE(p) . PE(p + k) = sum_i cos(k * w_i)``, which
-  depends on the offset k alone (and on its size, not its sign).
+  depends on the offset k alone (and on its size, not its sign);
+- :func:`diagonal_spread` — how far a score matrix is from a function of the offset:
+  the spread (max - min) along each of its diagonals.
 
 The last two need an even ``d_model``: with an odd one the final column is a
 sine without its cosine, and neither statement holds.
@@ -84,3 +86,18 @@ def offset_dot_product(offsets, d_model, *, base=10000.0) -> np.ndarray:
     omega = _even_d_model(d_model, base=base, what="offset_dot_product")
     angles = offsets.astype(np.float64)[..., None] * omega
     return np.cos(angles).sum(axis=-1)
+
+
+def diagonal_spread(scores) -> np.ndarray:
+    """The spread (max - min) of a score matrix along each diagonal, one per offset.
+
+    ``scores[query, key]`` is (q_len, k_len); entry ``j`` of the result belongs to the
+    offset ``key - query = j - (q_len - 1)``, from ``-(q_len - 1)`` to ``k_len - 1``
+    (the convention of :mod:`posenc.alternatives`). A score that depends on the offset
+    alone has every spread zero, up to rounding.
+    """
+    scores = _validation.floating_array("scores", scores, min_ndim=2)
+    if scores.ndim != 2 or 0 in scores.shape:
+        raise ValueError(f"scores must be a non-empty (q_len, k_len) matrix, got {scores.shape}")
+    q_len, k_len = scores.shape
+    return np.array([np.ptp(np.diagonal(scores, j)) for j in range(1 - q_len, k_len)])
