@@ -427,3 +427,19 @@ def test_alibi_slopes_follow_the_recursive_rule_of_the_papers_code():
 
     for n in range(1, 129):
         np.testing.assert_allclose(alibi_slopes(n), rule(n), rtol=1e-15, atol=0)
+
+
+@pytest.mark.parametrize("m, n", [(0, 0), (7, 12), (12, 7), (1000, 3), (-5, 40)])
+def test_rope_score_is_chapter_6_look_ahead_head_for_the_offset(m, n):
+    """rope(x, [m]) = x M_m, so the score is q M_{n-m}^T k^T (chapter 8)."""
+    from posenc import sinusoidal
+
+    d = 16
+    q, k = _random((1, d), seed=11), _random((1, d), seed=12)
+    score = (rope(q, [m]) @ rope(k, [n]).T).item()
+    head = rotation_matrix(n - m, d).T
+    assert score == pytest.approx((q @ head @ k.T).item(), abs=1e-12)
+    # RoPE turns the opposite way from the table's shift: PE(0) goes to PE(-m).
+    angles = -m * rope_frequencies(d)  # the sinusoid's frequencies
+    pe_back = np.ravel(np.column_stack([np.sin(angles), np.cos(angles)]))  # PE(-m)
+    np.testing.assert_allclose(rope(sinusoidal(1, d), [m])[0], pe_back, atol=1e-12)

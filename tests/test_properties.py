@@ -213,3 +213,11 @@ def test_diagonal_spread_refuses_what_is_not_a_matrix():
     for bad in (np.zeros(3), np.zeros((2, 2, 2)), np.zeros((0, 3))):
         with pytest.raises(ValueError, match="scores"):
             diagonal_spread(bad)
+
+
+def test_diagonal_spread_leaves_out_masked_entries():
+    offsets = np.arange(5)[None, :] - np.arange(5)[:, None]
+    scores = np.where(offsets <= 0, -0.5 * np.abs(offsets), -np.inf)  # causal ALiBi-like
+    assert not diagonal_spread(scores).any()
+    scores[3, 1] = 7.0
+    assert diagonal_spread(scores)[1 - 3 + 4] == 7.0 + 1.0

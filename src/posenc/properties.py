@@ -7,7 +7,8 @@ the angle ``k * w_i``; everything here follows from that:
 - :func:`wavelengths` — the period ``2 pi / w_i`` of each pair, a geometric
   progression from ``2 pi`` up to ``2 pi * base**((d - 2) / d)``;
 - :func:`rotation_matrix` — the block-diagonal matrix ``M_k`` with
-  ``PE(p + k) = M_k @ PE(p)`` for every p;
+  ``PE(p + k) = M_k @ PE(p)`` for every p (for the table's rows, which the chapters
+  write as row vectors: ``PE(p + k) = PE(p) @ M_k.T``);
 - :func:`offset_dot_product` — ``PE(p) . PE(p + k) = sum_i cos(k * w_i)``, which
   depends on the offset k alone (and on its size, not its sign);
 - :func:`diagonal_spread` — how far a score matrix is from a function of the offset:
@@ -94,10 +95,16 @@ def diagonal_spread(scores) -> np.ndarray:
     ``scores[query, key]`` is (q_len, k_len); entry ``j`` of the result belongs to the
     offset ``key - query = j - (q_len - 1)``, from ``-(q_len - 1)`` to ``k_len - 1``
     (the convention of :mod:`posenc.alternatives`). A score that depends on the offset
-    alone has every spread zero, up to rounding.
+    alone has every spread zero, up to rounding. Masked entries (-inf, as a causal
+    mask leaves them) are left out; a diagonal with nothing else has spread 0.
     """
     scores = _validation.floating_array("scores", scores, min_ndim=2)
     if scores.ndim != 2 or 0 in scores.shape:
         raise ValueError(f"scores must be a non-empty (q_len, k_len) matrix, got {scores.shape}")
     q_len, k_len = scores.shape
-    return np.array([np.ptp(np.diagonal(scores, j)) for j in range(1 - q_len, k_len)])
+    spreads = []
+    for j in range(1 - q_len, k_len):
+        diagonal = np.diagonal(scores, j)
+        kept = diagonal[diagonal != -np.inf]
+        spreads.append(np.ptp(kept) if kept.size else 0.0)
+    return np.array(spreads)
