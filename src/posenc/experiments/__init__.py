@@ -2,7 +2,10 @@
 
 - :mod:`posenc.experiments.model` — a small causal language model whose attention
   takes the positional method as a parameter: none (NoPE), sinusoidal, learned,
-  RoPE, ALiBi or T5 buckets.
-- :mod:`posenc.experiments.length_generalization` — train at short lengths, evaluate
-  at longer ones: ``python -m posenc.experiments.length_generalization``.
+  RoPE (at any positions), ALiBi or T5 buckets.
+- :mod:`posenc.experiments.length_generalization` — three tasks, seven arms, train at
+  one length until the task is learned, evaluate at longer ones:
+  ``python -m posenc.experiments.length_generalization --jobs 2`` (resumable).
+- :mod:`posenc.experiments.analysis` — bootstrap intervals over seeds, windowed
+  accuracy, accuracy steps, and RoPE's predicted lag aliases (NumPy only).
 """

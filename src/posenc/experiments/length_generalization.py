@@ -1,244 +1,658 @@
 """Train short, test long: does a positional method extrapolate? (chapter 9)
 
-The task is a delayed copy: a sequence of random tokens, and at every position t the
-model must output the token it saw ``lag`` positions earlier. Content says nothing
-about the answer; only position does, and only *relative* position: the rule is the
-same at position 5 and at position 500.
+Three task families, each a causal next-step task on sequences that start with the
+same fixed start token (id 0, position 0) for every arm:
 
-Each encoding in :data:`posenc.experiments.model.ENCODINGS` trains a small causal
-model on sequences of ``train_len`` tokens (a causal model trained at length N is
-trained on every prefix length up to N at once) and is then evaluated, on the same
-held-out sequences for every model, at lengths from ``train_len`` to four times it.
+- ``copy_lag3`` / ``copy_lagK``: random symbols; at position t the answer is the
+  symbol at t - K. Only relative position tells the answer: local for K = 3, far for
+  K = 16.
+- ``recall``: eight key-value facts scattered among filler symbols, then eight
+  queries (a key seen earlier); the answer to a query is its key's value. Content
+  finds the answer; position only has to stay out of the way as the facts move away.
+
+Seven arms (:data:`ARMS`): no encoding (NoPE), sinusoidal, learned, RoPE, ALiBi, T5
+buckets, and randomized RoPE: RoPE at sorted random positions drawn from a range
+larger than any test length, in training and at test (Ruoss et al. 2023).
+
+For every (task, arm) the learning rate is chosen on a small grid with one seed (the
+fewest steps to reach the target accuracy at the training length, else the highest
+accuracy); every run trains until its held-out accuracy at the training length
+reaches ``target_accuracy`` or ``max_steps``; then it is evaluated at lengths up to
+four times the training length, on held-out sequences that depend only on the task
+and the length.
 
 Run it from the repository's root::
 
-    python -m posenc.experiments.length_generalization           # the full run
-    python -m posenc.experiments.length_generalization --quick   # a smoke run
+    python -m posenc.experiments.length_generalization --jobs 2   # the full run
+    python -m posenc.experiments.length_generalization --quick    # a smoke run
 
-The full run writes ``data/length_generalization.csv`` (one row per encoding, seed
-and evaluation length) and ``data/length_generalization_positions.csv`` (accuracy at
-every position of the longest evaluation). Seeds are fixed; on one machine a re-run
-reproduces the files.
+It appends to ``data/length_generalization.csv`` (one row per task, arm, seed,
+learning rate and evaluation length) and ``data/length_generalization_positions.csv``
+(accuracy at every scored position of the longest evaluation), and skips the runs
+already there: an interrupted run resumes. Every row carries the id of the setup
+that produced it; a file written under another setup is refused, never mixed.
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import csv
 import dataclasses
+import hashlib
+import json
 import math
+import multiprocessing
+import re
 import sys
 import time
-from collections.abc import Sequence
+import zlib
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from posenc.experiments.model import ENCODINGS, CausalLanguageModel
+from posenc.experiments.model import CausalLanguageModel
 
 __all__ = [
+    "ARMS",
     "FULL",
-    "HELD_OUT_SEED",
     "POSITION_FIELDS",
     "QUICK",
     "RESULT_FIELDS",
-    "Config",
+    "TASKS",
+    "Arm",
+    "Plan",
+    "Setup",
+    "Task",
+    "chosen_learning_rates",
     "evaluate",
     "held_out_batch",
     "main",
     "make_batch",
+    "parse_task",
     "run",
     "train",
 ]
 
+BOS = 0
+"""The start token every sequence of every task begins with, at position 0."""
+
+SYMBOLS = 16
+"""Copy tasks draw symbols 1 .. SYMBOLS."""
+
+RECALL_KEYS, RECALL_VALUES, RECALL_FILLERS, RECALL_FACTS = 16, 8, 8, 8
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+    """A task family: ``copy`` with a lag, or ``recall``."""
+
+    name: str
+    kind: str
+    lag: int = 0
+
+    @property
+    def vocab_size(self) -> int:
+        if self.kind == "copy":
+            return 1 + SYMBOLS
+        # start, key-value fact tokens, query tokens, fillers, answer (value) tokens
+        return 1 + RECALL_KEYS * RECALL_VALUES + RECALL_KEYS + RECALL_FILLERS + RECALL_VALUES
+
+    def check_length(self, length: int) -> None:
+        """Refuse a training length the task cannot be posed at."""
+        if self.kind == "copy" and not self.lag < length:
+            raise ValueError(
+                f"task {self.name}: the lag ({self.lag}) must be shorter than the training "
+                f"length ({length})"
+            )
+        if self.kind == "recall" and length < 2 * RECALL_FACTS + 1:
+            raise ValueError(
+                f"task recall needs a training length of at least {2 * RECALL_FACTS + 1} "
+                f"({RECALL_FACTS} facts, {RECALL_FACTS} queries, a filler), got {length}"
+            )
+
+
+def parse_task(name: str) -> Task:
+    """``"recall"`` or ``"copy_lag<K>"`` (K >= 1) -> :class:`Task`; anything else raises."""
+    if name == "recall":
+        return Task("recall", "recall")
+    match = re.fullmatch(r"copy_lag([1-9][0-9]*)", name)
+    if match is None:
+        raise ValueError(f"unknown task {name!r}; choose 'copy_lag<K>' (K >= 1) or 'recall'")
+    return Task(name, "copy", int(match.group(1)))
+
+
+TASKS = ("copy_lag3", "copy_lag16", "recall")
+"""The full run's tasks; the first is the main one (most seeds)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Arm:
+    """One positional method: the model's encoding, and whether positions are randomized."""
+
+    name: str
+    encoding: str
+    randomized: bool = False
+
+
+ARMS = {
+    arm.name: arm
+    for arm in (
+        Arm("none", "none"),
+        Arm("sinusoidal", "sinusoidal"),
+        Arm("learned", "learned"),
+        Arm("rope", "rope"),
+        Arm("alibi", "alibi"),
+        Arm("t5", "t5"),
+        Arm("randomized_rope", "rope", randomized=True),
+    )
+}
+"""Every arm by name. A new arm (scaled RoPE frequencies, say) is one more entry."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Setup:
+    """Everything that determines one run's outcome; its id is stored on every row."""
+
+    train_len: int = 32
+    eval_lens: tuple[int, ...] = (32, 48, 64, 96, 128)
+    d_model: int = 64
+    n_heads: int = 4
+    n_layers: int = 2
+    batch_size: int = 32
+    max_steps: int = 3000
+    check_every: int = 100
+    target_accuracy: float = 0.99
+    learning_rates: tuple[float, ...] = (1e-3, 3e-3, 1e-2)
+    grid_seed: int = 0
+    valid_batch: int = 256
+    eval_batch: int = 512
+    position_range: int = 256
+
+    def __post_init__(self):
+        for name in ("train_len", "d_model", "n_heads", "n_layers", "batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if min(self.eval_lens) != self.train_len:
+            raise ValueError(
+                f"eval_lens must start at train_len={self.train_len}, got {self.eval_lens}"
+            )
+        if self.position_range <= max(self.eval_lens):
+            raise ValueError(
+                f"position_range ({self.position_range}) must exceed the longest evaluation "
+                f"length ({max(self.eval_lens)})"
+            )
+
+    @property
+    def id(self) -> str:
+        text = json.dumps(dataclasses.asdict(self), sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """Which runs to make: tasks (the first is the main one), arms and seeds."""
+
+    setup: Setup = Setup()
+    tasks: tuple[str, ...] = TASKS
+    arms: tuple[str, ...] = tuple(ARMS)
+    main_seeds: int = 10
+    other_seeds: int = 5
+
+    def __post_init__(self):
+        for name in self.tasks:
+            parse_task(name).check_length(self.setup.train_len)
+        unknown = [a for a in self.arms if a not in ARMS]
+        if unknown:
+            raise ValueError(f"unknown arms {unknown}; choose from {tuple(ARMS)}")
+        for name in ("main_seeds", "other_seeds"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not self.tasks or not self.arms:
+            raise ValueError("a plan needs at least one task and one arm")
+
+    def seeds(self, task: str) -> range:
+        return range(self.main_seeds if task == self.tasks[0] else self.other_seeds)
+
+
+FULL = Plan()
+"""The run whose results the book commits and chapter 9 reads."""
+
+QUICK = Plan(
+    Setup(
+        train_len=17,
+        eval_lens=(17, 34),
+        d_model=16,
+        n_heads=2,
+        n_layers=1,
+        max_steps=20,
+        check_every=10,
+        learning_rates=(3e-3, 1e-2),
+        valid_batch=16,
+        eval_batch=16,
+        position_range=64,
+    ),
+    main_seeds=2,
+    other_seeds=1,
+)
+"""A smoke run through the same code path, seconds long (the tests use it)."""
+
+
+# -- data ------------------------------------------------------------------------------
+
+
+def make_batch(task: Task, generator: torch.Generator, batch: int, length: int):
+    """(tokens, targets), both (batch, length + 1) int64; target -1 where nothing is scored.
+
+    tokens[:, 0] is the start token; the task's ``length`` tokens follow. The model's
+    output at position t is scored against targets[:, t].
+    """
+    targets = torch.full((batch, length + 1), -1, dtype=torch.int64)
+    if task.kind == "copy":
+        body = torch.randint(1, 1 + SYMBOLS, (batch, length), generator=generator)
+        tokens = torch.cat([torch.full((batch, 1), BOS), body], dim=1)
+        targets[:, 1 + task.lag :] = tokens[:, 1 : -task.lag]
+        return tokens, targets
+    facts, first_query = RECALL_FACTS, 1 + RECALL_KEYS * RECALL_VALUES
+    first_filler = first_query + RECALL_KEYS
+    first_answer = first_filler + RECALL_FILLERS
+    context = length - facts  # fact and filler slots, then the queries
+    tokens = torch.randint(first_filler, first_answer, (batch, length + 1), generator=generator)
+    tokens[:, 0] = BOS
+    for row in range(batch):
+        keys = torch.randperm(RECALL_KEYS, generator=generator)[:facts]
+        values = torch.randint(0, RECALL_VALUES, (facts,), generator=generator)
+        slots = 1 + torch.randperm(context, generator=generator)[:facts].sort().values
+        tokens[row, slots] = 1 + keys * RECALL_VALUES + values
+        asked = torch.randint(0, facts, (facts,), generator=generator)
+        tokens[row, context + 1 :] = first_query + keys[asked]
+        targets[row, context + 1 :] = first_answer + values[asked]
+    return tokens, targets
+
+
+def _seed(kind: int, task: Task, length: int) -> int:
+    return 1_000_000 * kind + 1000 * (zlib.crc32(task.name.encode()) % 1000) + length
+
+
+def held_out_batch(task: Task, length: int, batch: int, *, validation: bool = False):
+    """The held-out (tokens, targets) of ``length`` every model of ``task`` is scored on.
+
+    They depend only on the task, the length and the batch size; the validation set
+    (which decides when training stops) is drawn from other generators than the test
+    set, and both from other generators than training (seeded 0, 1, 2 ...).
+    """
+    generator = torch.Generator().manual_seed(_seed(2 if validation else 1, task, length))
+    return make_batch(task, generator, batch, length)
+
+
+def sample_positions(generator: torch.Generator, batch: int, length: int, position_range: int):
+    """(batch, length + 1) positions: 0 for the start token, then sorted random ones.
+
+    The ``length`` positions are drawn without replacement from 1 .. position_range - 1
+    and sorted, as randomized positional encodings do (Ruoss et al. 2023).
+    """
+    rows = [
+        torch.randperm(position_range - 1, generator=generator)[:length].sort().values + 1
+        for _ in range(batch)
+    ]
+    return torch.cat([torch.zeros(batch, 1, dtype=torch.int64), torch.stack(rows)], dim=1)
+
+
+# -- training and evaluation -----------------------------------------------------------
+
+
+def _model(task: Task, arm: Arm, setup: Setup) -> CausalLanguageModel:
+    return CausalLanguageModel(
+        task.vocab_size,
+        setup.d_model,
+        setup.n_heads,
+        setup.n_layers,
+        encoding=arm.encoding,
+        max_len=max(setup.eval_lens) + 1,
+    )
+
+
+def _correct(model, tokens, targets, positions=None):
+    """Per-position loss and correctness (batch, length + 1); False/0 where unscored."""
+    logits = model(tokens, positions) if positions is not None else model(tokens)
+    scored = targets >= 0
+    loss = F.cross_entropy(logits.transpose(1, 2), targets.clamp(min=0), reduction="none") * scored
+    return loss, (logits.argmax(dim=-1) == targets) & scored, scored
+
+
+def _positions(arm: Arm, setup: Setup, generator: torch.Generator, batch: int, length: int):
+    if not arm.randomized:
+        return None
+    return sample_positions(generator, batch, length, setup.position_range)
+
+
+def evaluate(model, task: Task, arm: Arm, setup: Setup, length: int, *, validation=False):
+    """Loss, accuracy, accuracy past the training length, per-position accuracy.
+
+    Accuracy is over scored positions; "past the training length" means positions
+    t > setup.train_len (NaN when there are none). Per-position accuracy is a dict
+    {position: accuracy} over the scored positions. Randomized arms are evaluated at
+    random positions too, from a generator that depends only on the length.
+    """
+    batch = setup.valid_batch if validation else setup.eval_batch
+    tokens, targets = held_out_batch(task, length, batch, validation=validation)
+    generator = torch.Generator().manual_seed(_seed(3, task, length))
+    positions = _positions(arm, setup, generator, batch, length)
+    with torch.no_grad():
+        loss, correct, scored = _correct(model, tokens, targets, positions)
+    beyond = scored[:, setup.train_len + 1 :]
+    counts = scored.sum(dim=0)
+    per_position = {
+        t: correct[:, t].sum().item() / counts[t].item() for t in range(length + 1) if counts[t] > 0
+    }
+    n_beyond = beyond.sum().item()
+    return (
+        loss.sum().item() / scored.sum().item(),
+        correct.sum().item() / scored.sum().item(),
+        correct[:, setup.train_len + 1 :].sum().item() / n_beyond if n_beyond else math.nan,
+        per_position,
+    )
+
+
+def train(task: Task, arm: Arm, seed: int, learning_rate: float, setup: Setup):
+    """Train until the validation accuracy at train_len reaches the target, or max_steps.
+
+    Returns (model, steps taken, final validation accuracy).
+    """
+    torch.manual_seed(seed)
+    model = _model(task, arm, setup)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0)
+    data = torch.Generator().manual_seed(seed)
+    steps, accuracy = 0, 0.0
+    while steps < setup.max_steps:
+        model.train()
+        for _ in range(setup.check_every):
+            tokens, targets = make_batch(task, data, setup.batch_size, setup.train_len)
+            positions = _positions(arm, setup, data, setup.batch_size, setup.train_len)
+            loss, _, scored = _correct(model, tokens, targets, positions)
+            optimizer.zero_grad()
+            (loss.sum() / scored.sum()).backward()
+            optimizer.step()
+        steps += setup.check_every
+        model.eval()
+        accuracy = evaluate(model, task, arm, setup, setup.train_len, validation=True)[1]
+        if accuracy >= setup.target_accuracy:
+            break
+    return model.eval(), steps, accuracy
+
+
 RESULT_FIELDS = (
-    "encoding",
+    "setup",
+    "task",
+    "arm",
     "seed",
+    "learning_rate",
+    "steps",
+    "valid_accuracy",
+    "converged",
     "train_len",
     "eval_len",
     "accuracy",
     "accuracy_beyond_train_len",
     "loss",
 )
-POSITION_FIELDS = ("encoding", "seed", "train_len", "eval_len", "position", "accuracy")
-
-
-@dataclasses.dataclass(frozen=True)
-class Config:
-    """Everything that determines a run; the CSV records the parts that vary per row."""
-
-    train_len: int = 32
-    eval_lens: tuple[int, ...] = (32, 48, 64, 96, 128)
-    lag: int = 3
-    vocab_size: int = 16
-    d_model: int = 64
-    n_heads: int = 4
-    n_layers: int = 2
-    steps: int = 1500
-    batch_size: int = 32
-    learning_rate: float = 3e-3
-    weight_decay: float = 0.0
-    eval_batch: int = 256
-    seeds: tuple[int, ...] = (0, 1, 2)
-    encodings: tuple[str, ...] = ENCODINGS
-
-    def __post_init__(self):
-        if not 0 < self.lag < self.train_len:
-            raise ValueError(f"lag must lie in (0, train_len={self.train_len}), got {self.lag}")
-        if min(self.eval_lens) < self.train_len:
-            raise ValueError(f"eval_lens must be >= train_len, got {self.eval_lens}")
-        unknown = set(self.encodings) - set(ENCODINGS)
-        if unknown:
-            raise ValueError(f"unknown encodings {sorted(unknown)}; choose from {ENCODINGS}")
-
-
-FULL = Config()
-"""The run whose results the book commits and chapter 9 plots."""
-
-QUICK = dataclasses.replace(
-    FULL, train_len=16, eval_lens=(16, 32, 64), steps=30, eval_batch=16, seeds=(0,)
+POSITION_FIELDS = (
+    "setup",
+    "task",
+    "arm",
+    "seed",
+    "learning_rate",
+    "eval_len",
+    "position",
+    "accuracy",
 )
-"""A smoke run through the same code path, seconds long (the tests use it)."""
 
 
-def make_batch(generator: torch.Generator, batch: int, length: int, vocab_size: int):
-    """Random tokens (batch, length), int64, drawn from ``generator``."""
-    return torch.randint(0, vocab_size, (batch, length), generator=generator)
-
-
-HELD_OUT_SEED = 1_000_000
-"""The held-out sequences of length L are drawn from a generator seeded HELD_OUT_SEED + L."""
-
-
-def held_out_batch(eval_len: int, config: Config = FULL) -> torch.Tensor:
-    """The ``config.eval_batch`` held-out sequences of ``eval_len`` every model is scored on.
-
-    They depend only on the length (and the vocabulary), never on the model or its seed;
-    training batches come from generators seeded with the training seed (0, 1, 2 ...),
-    far below HELD_OUT_SEED.
-    """
-    generator = torch.Generator().manual_seed(HELD_OUT_SEED + eval_len)
-    return make_batch(generator, config.eval_batch, eval_len, config.vocab_size)
-
-
-def _scored(model: CausalLanguageModel, tokens: torch.Tensor, lag: int):
-    """Per-token loss and correctness at positions lag .. length - 1."""
-    logits = model(tokens)[:, lag:]
-    targets = tokens[:, :-lag]
-    loss = F.cross_entropy(logits.transpose(1, 2), targets, reduction="none")
-    return loss, logits.argmax(dim=-1) == targets
-
-
-def train(encoding: str, seed: int, config: Config = FULL) -> CausalLanguageModel:
-    """Train one model from seed ``seed`` (initialisation and data) and return it."""
-    torch.manual_seed(seed)
-    model = CausalLanguageModel(
-        config.vocab_size,
-        config.d_model,
-        config.n_heads,
-        config.n_layers,
-        encoding=encoding,
-        max_len=max(config.eval_lens),
-    )
-    optimizer = torch.optim.AdamW(
-        model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay
-    )
-    data = torch.Generator().manual_seed(seed)
-    model.train()
-    for _ in range(config.steps):
-        tokens = make_batch(data, config.batch_size, config.train_len, config.vocab_size)
-        loss, _ = _scored(model, tokens, config.lag)
-        optimizer.zero_grad()
-        loss.mean().backward()
-        optimizer.step()
-    return model.eval()
-
-
-def evaluate(model: CausalLanguageModel, eval_len: int, config: Config = FULL):
-    """Mean loss, accuracy and per-position accuracy on held-out sequences of ``eval_len``.
-
-    The held-out tokens depend only on ``eval_len``: every model sees the same ones.
-    Returns (loss, accuracy, accuracy at positions >= train_len or NaN, per-position
-    accuracy as a list indexed by position, NaN for the first ``lag`` positions).
-    """
-    tokens = held_out_batch(eval_len, config)
-    with torch.no_grad():
-        loss, correct = _scored(model, tokens, config.lag)
-    correct = correct.float()
-    beyond = correct[:, config.train_len - config.lag :]
-    per_position = [math.nan] * config.lag + correct.mean(dim=0).tolist()
-    return (
-        loss.mean().item(),
-        correct.mean().item(),
-        beyond.mean().item() if beyond.numel() else math.nan,
-        per_position,
-    )
-
-
-def run(config: Config = FULL, *, progress: bool = True):
-    """Train and evaluate every (encoding, seed); return (result rows, position rows)."""
+def one_run(task_name: str, arm_name: str, seed: int, learning_rate: float, setup: Setup):
+    """Train and evaluate one (task, arm, seed, learning rate): (result rows, position rows)."""
+    torch.set_num_threads(1)
+    task, arm = parse_task(task_name), ARMS[arm_name]
+    model, steps, valid = train(task, arm, seed, learning_rate, setup)
+    key = {
+        "setup": setup.id,
+        "task": task_name,
+        "arm": arm_name,
+        "seed": seed,
+        "learning_rate": learning_rate,
+    }
     results, positions = [], []
-    runs = [(e, s) for e in config.encodings for s in config.seeds]
-    bar = tqdm(runs, desc="length generalization", unit="model", disable=not progress)
-    for encoding, seed in bar:
-        bar.set_postfix_str(f"{encoding}, seed {seed}")
-        model = train(encoding, seed, config)
-        for eval_len in config.eval_lens:
-            loss, accuracy, beyond, per_position = evaluate(model, eval_len, config)
-            common = {"encoding": encoding, "seed": seed, "train_len": config.train_len}
-            results.append(
-                {
-                    **common,
-                    "eval_len": eval_len,
-                    "accuracy": round(accuracy, 4),
-                    "accuracy_beyond_train_len": "" if math.isnan(beyond) else round(beyond, 4),
-                    "loss": round(loss, 4),
-                }
+    for length in setup.eval_lens:
+        loss, accuracy, beyond, per_position = evaluate(model, task, arm, setup, length)
+        results.append(
+            {
+                **key,
+                "steps": steps,
+                "valid_accuracy": round(valid, 4),
+                "converged": int(valid >= setup.target_accuracy),
+                "train_len": setup.train_len,
+                "eval_len": length,
+                "accuracy": round(accuracy, 4),
+                "accuracy_beyond_train_len": "" if math.isnan(beyond) else round(beyond, 4),
+                "loss": round(loss, 4),
+            }
+        )
+        if length == max(setup.eval_lens):
+            positions.extend(
+                {**key, "eval_len": length, "position": t, "accuracy": round(a, 4)}
+                for t, a in per_position.items()
             )
-            if eval_len == max(config.eval_lens):
-                positions.extend(
-                    {**common, "eval_len": eval_len, "position": p, "accuracy": round(a, 4)}
-                    for p, a in enumerate(per_position)
-                    if not math.isnan(a)
-                )
     return results, positions
 
 
-def write_csv(rows: Sequence[dict], fields: Sequence[str], path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="") as handle:
+# -- the learning-rate choice ----------------------------------------------------------
+
+
+def chosen_learning_rates(rows: Iterable[dict], setup: Setup) -> dict[tuple[str, str], float]:
+    """{(task, arm): learning rate} from the grid runs (seed ``setup.grid_seed``) in ``rows``.
+
+    The rate that reached the target in the fewest steps; if none did, the one with the
+    highest validation accuracy; ties go to the smaller rate. Only (task, arm) pairs
+    whose whole grid is present get a rate.
+    """
+    grid: dict[tuple[str, str], dict[float, tuple[int, float]]] = {}
+    for row in rows:
+        if int(row["seed"]) != setup.grid_seed:
+            continue
+        lr = float(row["learning_rate"])
+        if lr in setup.learning_rates:
+            grid.setdefault((row["task"], row["arm"]), {})[lr] = (
+                int(row["steps"]),
+                float(row["valid_accuracy"]),
+            )
+    chosen = {}
+    for key, runs in grid.items():
+        if len(runs) < len(setup.learning_rates):
+            continue
+
+        def rank(lr, runs=runs):
+            steps, accuracy = runs[lr]
+            converged = accuracy >= setup.target_accuracy
+            return (not converged, steps if converged else -accuracy, lr)
+
+        chosen[key] = min(runs, key=rank)
+    return chosen
+
+
+# -- files -----------------------------------------------------------------------------
+
+
+def _read(path: Path, fields: Sequence[str], setup: Setup) -> list[dict]:
+    if not path.exists():
+        return []
+    with path.open(newline="") as handle:
+        reader = csv.DictReader(handle)
+        if tuple(reader.fieldnames or ()) != tuple(fields):
+            raise ValueError(
+                f"{path} has columns {reader.fieldnames}, not {list(fields)}: it was not "
+                "written by this runner; move it away or pass another --out"
+            )
+        rows = list(reader)
+    other = sorted({r["setup"] for r in rows} - {setup.id})
+    if other:
+        raise ValueError(
+            f"{path} holds results of another setup ({', '.join(other)}; this one is "
+            f"{setup.id}): resuming would mix configurations. Move it away or pass "
+            "another --out"
+        )
+    return rows
+
+
+def _append(path: Path, fields: Sequence[str], rows: Sequence[dict]) -> None:
+    new = not path.exists()
+    with path.open("a", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=fields, lineterminator="\n")
-        writer.writeheader()
+        if new:
+            writer.writeheader()
         writer.writerows(rows)
+
+
+def _key(row: dict) -> tuple[str, str, int, float]:
+    return row["task"], row["arm"], int(row["seed"]), float(row["learning_rate"])
+
+
+def run(plan: Plan, out: Path, *, jobs: int = 1, progress: bool = True) -> int:
+    """Make every run of ``plan`` that ``out`` lacks, appending as each finishes.
+
+    Returns the number of runs made. The grid runs of a (task, arm) come first; its
+    other seeds start once its learning rate is chosen.
+    """
+    if jobs < 1:
+        raise ValueError(f"jobs must be >= 1, got {jobs}")
+    setup = plan.setup
+    positions_out = out.with_name(out.stem + "_positions.csv")
+    results = _read(out, RESULT_FIELDS, setup)
+    counts: dict[tuple, int] = {}
+    for row in results:
+        counts[_key(row)] = counts.get(_key(row), 0) + 1
+    done = {key for key, n in counts.items() if n == len(setup.eval_lens)}
+    if len(done) != len(counts):
+        raise ValueError(f"{out} has a run with a missing evaluation length: rewrite it")
+    # Position rows are written before result rows: drop those of unfinished runs.
+    kept = [r for r in _read(positions_out, POSITION_FIELDS, setup) if _key(r) in done]
+    if positions_out.exists():
+        positions_out.unlink()
+    if kept:
+        _append(positions_out, POSITION_FIELDS, kept)
+    out.parent.mkdir(parents=True, exist_ok=True)
+
+    pairs = [(task, arm) for task in plan.tasks for arm in plan.arms]
+    total = sum(len(setup.learning_rates) - 1 + len(plan.seeds(task)) for task, _ in pairs)
+    chosen = chosen_learning_rates(results, setup)
+
+    def grid_runs(task, arm):
+        return [(task, arm, setup.grid_seed, lr) for lr in setup.learning_rates]
+
+    def main_runs(task, arm):
+        return [(task, arm, seed, chosen[task, arm]) for seed in plan.seeds(task)]
+
+    queue = [r for t, a in pairs for r in grid_runs(t, a) if r not in done]
+    queue += [r for t, a in pairs if (t, a) in chosen for r in main_runs(t, a) if r not in done]
+    made = 0
+    planned = set()
+    for t, a in pairs:
+        planned.update(grid_runs(t, a))
+        if (t, a) in chosen:
+            planned.update(main_runs(t, a))
+    bar = tqdm(
+        total=total,
+        initial=len(planned & done),
+        desc="length generalization",
+        unit="run",
+        disable=not progress,
+    )
+
+    def record(run_key, rows):
+        nonlocal made
+        result_rows, position_rows = rows
+        _append(positions_out, POSITION_FIELDS, position_rows)
+        _append(out, RESULT_FIELDS, result_rows)
+        results.extend(result_rows)
+        done.add(run_key)
+        made += 1
+        bar.update(1)
+        task, arm = run_key[:2]
+        new = []
+        if (task, arm) not in chosen:
+            rates = chosen_learning_rates(results, setup)
+            if (task, arm) in rates:
+                chosen[task, arm] = rates[task, arm]
+                new = [r for r in main_runs(task, arm) if r not in done]
+        return new
+
+    # At most `jobs` runs in flight, the earliest task first: the main task's seeds
+    # finish before the other tasks' grids start, so a cut-short run is still useful.
+    order = {pair: i for i, pair in enumerate(pairs)}
+    queue.sort(key=lambda r: (order[r[:2]], r[2], r[3]))
+    if jobs == 1:
+        while queue:
+            key = queue.pop(0)
+            queue += record(key, one_run(*key, setup))
+            queue.sort(key=lambda r: (order[r[:2]], r[2], r[3]))
+    else:
+        context = multiprocessing.get_context("spawn")
+        with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=context) as pool:
+            pending = {}
+            while queue or pending:
+                while queue and len(pending) < jobs:
+                    key = queue.pop(0)
+                    pending[pool.submit(one_run, *key, setup)] = key
+                finished, _ = concurrent.futures.wait(
+                    pending, return_when=concurrent.futures.FIRST_COMPLETED
+                )
+                for future in finished:
+                    key = pending.pop(future)
+                    queue += record(key, future.result())
+                queue.sort(key=lambda r: (order[r[:2]], r[2], r[3]))
+    bar.close()
+    return made
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m posenc.experiments.length_generalization",
-        description="Train small causal models at one length and evaluate them at longer ones.",
+        description="Train small causal models at one length and evaluate them at longer "
+        "ones; resumes where the output files stop.",
     )
     parser.add_argument("--quick", action="store_true", help="a seconds-long smoke run")
+    parser.add_argument("--jobs", type=int, default=1, help="runs in parallel (one core each)")
+    parser.add_argument("--tasks", nargs="+", default=None, help=f"default: {' '.join(TASKS)}")
+    parser.add_argument("--arms", nargs="+", default=None, help=f"default: {' '.join(ARMS)}")
+    parser.add_argument("--seeds", type=int, default=None, help="seeds for the main (first) task")
+    parser.add_argument("--other-seeds", type=int, default=None, help="seeds for the others")
     parser.add_argument(
         "--out",
         type=Path,
         default=None,
         help="results CSV (default data/length_generalization.csv, or "
-        "data/length_generalization_quick.csv with --quick)",
+        "data/length_generalization_quick.csv with --quick); positions go beside it",
     )
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     args = parser.parse_args(argv)
-    config = QUICK if args.quick else FULL
-    name = "length_generalization_quick" if args.quick else "length_generalization"
-    out = args.out if args.out is not None else Path("data") / f"{name}.csv"
-    start = time.perf_counter()
-    results, positions = run(config, progress=not args.no_progress)
-    write_csv(results, RESULT_FIELDS, out)
-    write_csv(positions, POSITION_FIELDS, out.with_name(out.stem + "_positions.csv"))
+    plan = QUICK if args.quick else FULL
+    changes = {
+        "tasks": tuple(args.tasks) if args.tasks else None,
+        "arms": tuple(args.arms) if args.arms else None,
+        "main_seeds": args.seeds,
+        "other_seeds": args.other_seeds,
+    }
+    try:
+        plan = dataclasses.replace(plan, **{k: v for k, v in changes.items() if v is not None})
+        name = "length_generalization_quick" if args.quick else "length_generalization"
+        out = args.out if args.out is not None else Path("data") / f"{name}.csv"
+        start = time.perf_counter()
+        made = run(plan, out, jobs=args.jobs, progress=not args.no_progress)
+    except ValueError as error:
+        parser.error(str(error))
     seconds = time.perf_counter() - start
-    runs = len(config.encodings) * len(config.seeds)
-    print(f"{runs} models trained and evaluated in {seconds:.0f} s; results in {out}")
+    print(f"{made} runs made in {seconds:.0f} s (setup {plan.setup.id}); results in {out}")
     return 0
 
 

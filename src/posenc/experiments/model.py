@@ -21,6 +21,7 @@ definitions rather than a second copy of them.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -44,17 +45,60 @@ T5_BUCKETS = 32
 T5_MAX_DISTANCE = 128
 
 
-def apply_rope(x: torch.Tensor, *, base: float = 10000.0) -> torch.Tensor:
-    """Rotate (..., length, d) at positions 0 .. length - 1, as ``posenc.alternatives.rope``.
+def apply_rope(
+    x: torch.Tensor, *, base: float = 10000.0, positions: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Rotate (..., length, d) as ``posenc.alternatives.rope`` (interleaved pairs).
 
-    The angles are computed in float64 by NumPy and rounded once to the dtype of ``x``.
+    ``positions`` is None (positions 0 .. length - 1), a (length,) tensor, or a
+    (batch, length) tensor for x of shape (batch, heads, length, d): one row of
+    positions per sequence, shared by its heads. The angles are computed in float64
+    and rounded once to the dtype of ``x``.
     """
     length, d = x.shape[-2], x.shape[-1]
-    angles = np.arange(length)[:, None] * rope_frequencies(d, base=base)
-    cos = torch.from_numpy(np.cos(angles)).to(dtype=x.dtype, device=x.device)
-    sin = torch.from_numpy(np.sin(angles)).to(dtype=x.dtype, device=x.device)
+    frequencies = torch.from_numpy(rope_frequencies(d, base=base))
+    if positions is None:
+        positions = torch.arange(length)
+    positions = positions.to(device="cpu", dtype=torch.float64)
+    if positions.shape[-1] != length or positions.dim() not in (1, 2):
+        raise ValueError(
+            f"positions must have shape (length,) or (batch, length) with length {length}, "
+            f"got {tuple(positions.shape)}"
+        )
+    angles = positions[..., None] * frequencies  # (length, d/2) or (batch, length, d/2)
+    if positions.dim() == 2:
+        if x.dim() != 4 or x.shape[0] != positions.shape[0]:
+            raise ValueError(
+                f"(batch, length) positions need x of shape (batch, heads, length, d) "
+                f"with the same batch; got positions {tuple(positions.shape)}, "
+                f"x {tuple(x.shape)}"
+            )
+        angles = angles[:, None]  # (batch, 1, length, d/2): the same positions per head
+    cos = torch.cos(angles).to(dtype=x.dtype, device=x.device)
+    sin = torch.sin(angles).to(dtype=x.dtype, device=x.device)
     x0, x1 = x[..., 0::2], x[..., 1::2]
     return torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1).flatten(-2)
+
+
+# The position-only parts of the biases depend on the length alone: computed once per
+# length instead of at every forward pass (CPU tensors that nothing writes to).
+@functools.lru_cache(maxsize=16)
+def _alibi(n_heads: int, length: int) -> torch.Tensor:
+    return torch.from_numpy(alibi_bias(n_heads, length).astype(np.float32))
+
+
+@functools.lru_cache(maxsize=16)
+def _causal(length: int) -> torch.Tensor:
+    return torch.from_numpy(np.where(causal_mask(length), np.float32(0), np.float32(-np.inf)))
+
+
+@functools.lru_cache(maxsize=16)
+def _t5_buckets(length: int) -> torch.Tensor:
+    offsets = np.arange(length)[None, :] - np.arange(length)[:, None]
+    buckets = t5_relative_position_bucket(
+        offsets, bidirectional=False, num_buckets=T5_BUCKETS, max_distance=T5_MAX_DISTANCE
+    )
+    return torch.from_numpy(buckets)
 
 
 class _Attention(nn.Module):
@@ -64,11 +108,11 @@ class _Attention(nn.Module):
         self.qkv = nn.Linear(d_model, 3 * d_model)
         self.out = nn.Linear(d_model, d_model)
 
-    def forward(self, x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, bias: torch.Tensor, positions=None) -> torch.Tensor:
         batch, length, d_model = x.shape
         q, k, v = self.qkv(x).view(batch, length, 3, self.n_heads, -1).permute(2, 0, 3, 1, 4)
         if self.encoding == "rope":
-            q, k = apply_rope(q), apply_rope(k)
+            q, k = apply_rope(q, positions=positions), apply_rope(k, positions=positions)
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
         return self.out(y.transpose(1, 2).reshape(batch, length, d_model))
 
@@ -82,8 +126,8 @@ class _Block(nn.Module):
             nn.Linear(d_model, d_ff), nn.GELU(), nn.Linear(d_ff, d_model)
         )
 
-    def forward(self, x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-        x = x + self.attention(self.norm_1(x), bias)
+    def forward(self, x: torch.Tensor, bias: torch.Tensor, positions=None) -> torch.Tensor:
+        x = x + self.attention(self.norm_1(x), bias, positions)
         return x + self.feed_forward(self.norm_2(x))
 
 
@@ -143,24 +187,31 @@ class CausalLanguageModel(nn.Module):
         """The additive (n_heads or 1, length, length) bias every layer adds to its scores."""
         device = self.embedding.weight.device
         if self.encoding == "alibi":
-            return torch.from_numpy(alibi_bias(self.n_heads, length)).float().to(device)
-        mask = torch.from_numpy(causal_mask(length)).to(device)
-        causal = torch.zeros(length, length, device=device).masked_fill(~mask, -math.inf)
+            return _alibi(self.n_heads, length).to(device)
+        causal = _causal(length).to(device)
         if self.encoding != "t5":
             return causal[None]
-        offsets = np.arange(length)[None, :] - np.arange(length)[:, None]
-        buckets = t5_relative_position_bucket(
-            offsets, bidirectional=False, num_buckets=T5_BUCKETS, max_distance=T5_MAX_DISTANCE
-        )
-        table = self.t5_table[torch.from_numpy(buckets).to(device)]  # (length, length, heads)
+        buckets = _t5_buckets(length).to(device)
+        table = self.t5_table[buckets]  # (length, length, heads)
         return table.permute(2, 0, 1) + causal
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits for ``tokens``; ``positions`` (RoPE only) as in :func:`apply_rope`.
+
+        Without ``positions`` the tokens sit at 0 .. length - 1. Explicit positions
+        (for instance sorted random ones, as randomized positional encodings train
+        with) are accepted by "rope" alone: the other methods index tables or biases
+        by 0 .. length - 1.
+        """
         check_tokens(tokens, self.vocab_size)
+        if positions is not None and self.encoding != "rope":
+            raise ValueError(
+                f"positions are accepted with encoding='rope' only, not {self.encoding!r}"
+            )
         x = self.embedding(tokens) * math.sqrt(self.d_model)
         if self.position is not None:
             x = self.position(x)
         bias = self.attention_bias(tokens.shape[1])
         for block in self.blocks:
-            x = block(x, bias)
+            x = block(x, bias, positions)
         return self.head(self.norm(x))

@@ -1,0 +1,149 @@
+"""Reading the length-generalization results (chapter 9): intervals, windows, aliases.
+
+- :func:`bootstrap_interval` — the mean over seeds and its percentile-bootstrap 95%
+  interval (resampling seeds, the unit that varies between runs).
+- :func:`windowed_accuracy` — mean accuracy over windows of positions, in place of a
+  single position's value (one position's accuracy is a noisy number).
+- :func:`step_sizes` — how much accuracy drops from the ``window`` positions before t
+  to the ``window`` positions from t on, for every t.
+- :func:`rope_lag_aliases` — from RoPE's frequencies alone, the distances past the
+  training length that a head which finds the token ``lag`` back confuses with ``lag``.
+
+NumPy only: the chapter and the tests use these on the committed CSVs, no PyTorch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from posenc._validation import integer, positive_finite
+from posenc.alternatives import rope_frequencies
+
+__all__ = [
+    "RopeAliases",
+    "bootstrap_interval",
+    "rope_lag_aliases",
+    "step_sizes",
+    "windowed_accuracy",
+]
+
+
+def bootstrap_interval(values, *, level: float = 0.95, resamples: int = 10_000, seed: int = 0):
+    """(mean, low, high): the mean of ``values`` and its percentile-bootstrap interval.
+
+    ``values`` holds one number per seed; the interval is the central ``level`` range
+    of the means of ``resamples`` resamples drawn with replacement (generator
+    ``seed``, so the interval is reproducible). With one value the interval is that
+    value; NaNs are refused.
+    """
+    x = np.asarray(values, dtype=np.float64)
+    if x.ndim != 1 or x.size == 0:
+        raise ValueError(f"values must be a non-empty 1-D sequence, got shape {x.shape}")
+    if not np.all(np.isfinite(x)):
+        raise ValueError("values must be finite (no NaN or inf)")
+    if not 0 < level < 1:
+        raise ValueError(f"level must lie in (0, 1), got {level}")
+    integer("resamples", resamples, minimum=1)
+    draws = np.random.default_rng(seed).integers(0, x.size, size=(resamples, x.size))
+    means = x[draws].mean(axis=1)
+    tail = (1 - level) / 2
+    low, high = np.quantile(means, [tail, 1 - tail])
+    return float(x.mean()), float(low), float(high)
+
+
+def windowed_accuracy(positions, accuracy, edges):
+    """Mean of ``accuracy`` over positions in each window [edges[i], edges[i+1]).
+
+    ``positions`` and ``accuracy`` are 1-D and of one length; a window with no
+    position gives NaN.
+    """
+    p = np.asarray(positions)
+    a = np.asarray(accuracy, dtype=np.float64)
+    if p.shape != a.shape or p.ndim != 1:
+        raise ValueError(f"positions and accuracy must be 1-D of one length: {p.shape}, {a.shape}")
+    edges = np.asarray(edges)
+    if edges.ndim != 1 or edges.size < 2 or np.any(np.diff(edges) <= 0):
+        raise ValueError(f"edges must be increasing, at least two of them, got {edges}")
+    out = np.full(edges.size - 1, np.nan)
+    for i, (lo, hi) in enumerate(zip(edges[:-1], edges[1:])):
+        inside = (p >= lo) & (p < hi)
+        if inside.any():
+            out[i] = a[inside].mean()
+    return out
+
+
+def step_sizes(accuracy, window: int):
+    """drop[t] = mean(accuracy[t - window : t]) - mean(accuracy[t : t + window]).
+
+    ``accuracy`` is indexed by consecutive positions; drop[t] is NaN where either
+    window would leave the array. A step down at t (accuracy falling from one level to
+    a lower one) is a positive peak of drop at t.
+    """
+    a = np.asarray(accuracy, dtype=np.float64)
+    window = integer("window", window, minimum=1)
+    if a.ndim != 1:
+        raise ValueError(f"accuracy must be 1-D, got shape {a.shape}")
+    drop = np.full(a.size, np.nan)
+    c = np.concatenate([[0.0], np.cumsum(a)])
+    for t in range(window, a.size - window + 1):
+        drop[t] = (c[t] - c[t - window]) / window - (c[t + window] - c[t]) / window
+    return drop
+
+
+@dataclasses.dataclass(frozen=True)
+class RopeAliases:
+    """What :func:`rope_lag_aliases` predicts.
+
+    pairs: how many of the fastest pairs the head needs (the fewest that make the lag's
+        neighbours, lag - 1 and lag + 1, the training distances most like the lag).
+    margin: the neighbours' deviation in radians (the largest of the pairs' angle
+        differences from the lag's); every other training distance deviates more.
+    distances: the distances in (train_len, max_distance] that deviate less than the
+        margin: they look more like the lag than anything the head had to reject in
+        training.
+    deviation: the deviation of every distance 0 .. max_distance (index = distance).
+    """
+
+    pairs: int
+    margin: float
+    distances: tuple[int, ...]
+    deviation: np.ndarray
+
+
+def rope_lag_aliases(
+    lag: int, head_dim: int, *, train_len: int, max_distance: int, base: float = 10000.0
+) -> RopeAliases:
+    """Distances past ``train_len`` that RoPE's fastest pairs confuse with ``lag``.
+
+    A head that finds the key ``lag`` positions back must score distance ``lag`` above
+    every other distance it meets in training, 0 .. train_len - 1. Pair i turns the
+    query-key angle by (D - lag) * theta_i at distance D; its deviation from the lag is
+    that angle wrapped into (-pi, pi], and the deviation of D over the k fastest pairs
+    is the largest of theirs. With k = 1 or 2 some far training distance is about as
+    close to the lag as its neighbours (for lag 3, d = 16: distance 22 is within 0.28
+    rad on both of the two fastest pairs), so the head needs more pairs; the function
+    takes the fewest, k, for which the neighbours lag +- 1 are the closest training
+    distances. Past ``train_len`` the head has never seen a distance that deviates less
+    than the neighbours; those distances are the predicted aliases.
+    """
+    lag = integer("lag", lag, minimum=1)
+    head_dim = integer("head_dim", head_dim, minimum=2)
+    train_len = integer("train_len", train_len, minimum=lag + 2)
+    max_distance = integer("max_distance", max_distance, minimum=train_len)
+    theta = rope_frequencies(head_dim, base=positive_finite("base", base))
+    distance = np.arange(max_distance + 1)
+    angles = (distance[:, None] - lag) * theta[None, :]
+    wrapped = np.abs(np.angle(np.exp(1j * angles)))  # (-pi, pi] -> [0, pi]
+    training = (distance < train_len) & (np.abs(distance - lag) > 1)
+    for pairs in range(1, theta.size + 1):
+        deviation = wrapped[:, :pairs].max(axis=1)
+        margin = max(deviation[lag - 1], deviation[lag + 1])
+        if deviation[training].min() >= margin:
+            break
+    else:  # pragma: no cover - the slowest pairs always separate short distances
+        raise ValueError("no set of pairs separates the lag within the training length")
+    far = distance > train_len
+    distances = tuple(int(d) for d in distance[far & (deviation < margin)])
+    return RopeAliases(pairs, float(margin), distances, deviation)
