@@ -145,3 +145,80 @@ def test_model_refuses_bad_arguments():
         _model("none")(torch.zeros(5, dtype=torch.long))
     with pytest.raises(ValueError, match=r"token ids must lie in \[0, 11\)"):
         _model("none")(torch.full((1, 4), 11))
+
+
+# -- explicit positions (randomized RoPE) ----------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_apply_rope_at_given_positions_equals_the_numpy_definition(dtype):
+    x = np.random.default_rng(1).standard_normal((2, 3, 8, 8))
+    positions = np.array([7, 0, 3, 4099, 12, 12, 99, 1])  # any order, repeats allowed
+    expected = rope(x, positions)
+    got = apply_rope(torch.from_numpy(x).to(dtype), positions=torch.from_numpy(positions))
+    np.testing.assert_allclose(
+        got.double().numpy(), expected, atol=1e-12 if dtype == torch.float64 else 1e-5
+    )
+    assert not np.allclose(expected, rope(x))  # the positions matter
+
+
+def test_apply_rope_with_a_row_of_positions_per_sequence_shared_by_its_heads():
+    x = np.random.default_rng(2).standard_normal((3, 2, 6, 8))  # (batch, heads, length, d)
+    positions = np.array([[0, 1, 2, 3, 4, 5], [0, 9, 17, 40, 41, 90], [0, 2, 3, 5, 8, 13]])
+    got = apply_rope(torch.from_numpy(x), positions=torch.from_numpy(positions)).numpy()
+    for b in range(3):
+        for h in range(2):
+            np.testing.assert_allclose(got[b, h], rope(x[b, h], positions[b]), atol=1e-12)
+    np.testing.assert_allclose(got, rope(x, positions[:, None, :]), atol=1e-12)
+
+
+def test_apply_rope_refuses_positions_it_would_have_to_guess_how_to_broadcast():
+    # (batch, length) positions whose batch equals the heads of a 3-D x would broadcast
+    # onto the heads: refused.
+    x = torch.zeros(3, 6, 8)
+    with pytest.raises(ValueError, match=r"\(batch, length\) positions need x of shape"):
+        apply_rope(x, positions=torch.zeros(3, 6, dtype=torch.long))
+    # ... and so are positions whose batch is the heads' count, not the batch's.
+    with pytest.raises(ValueError, match=r"with the same batch; got positions \(3, 6\)"):
+        apply_rope(torch.zeros(2, 3, 6, 8), positions=torch.zeros(3, 6, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"positions must have shape .* got \(5,\)"):
+        apply_rope(torch.zeros(2, 3, 6, 8), positions=torch.arange(5))
+    with pytest.raises(ValueError, match=r"positions must have shape .* got \(2, 3, 6\)"):
+        apply_rope(torch.zeros(2, 3, 6, 8), positions=torch.zeros(2, 3, 6, dtype=torch.long))
+
+
+@pytest.mark.parametrize("encoding", [e for e in ENCODINGS if e != "rope"])
+def test_only_rope_models_take_positions(encoding):
+    with pytest.raises(ValueError, match=f"with encoding='rope' only, not '{encoding}'"):
+        _model(encoding)(_tokens(6), torch.arange(6))
+
+
+def test_a_rope_model_uses_the_positions_it_is_given():
+    model, tokens = _model("rope"), _tokens(9, batch=3)
+    with torch.no_grad():
+        plain = model(tokens)
+        torch.testing.assert_close(model(tokens, torch.arange(9)), plain, atol=1e-6, rtol=0)
+        # Only differences of positions matter to RoPE: a shift changes nothing.
+        torch.testing.assert_close(model(tokens, torch.arange(9) + 37), plain, atol=1e-4, rtol=0)
+        positions = torch.tensor([list(range(9)), [0, 3, 4, 9, 20, 21, 22, 40, 41], [0] * 9])
+        rows = model(tokens, positions)
+        for b in range(3):
+            alone = model(tokens[b : b + 1], positions[b : b + 1])
+            torch.testing.assert_close(rows[b : b + 1], alone, atol=1e-5, rtol=0)
+    torch.testing.assert_close(rows[0], plain[0], atol=1e-5, rtol=0)
+    assert (rows[1] - plain[1]).abs().max() > 1e-3
+
+
+def test_learned_rows_past_the_training_length_get_no_gradient_and_stay_put():
+    model = _model("learned").train()  # max_len 64
+    table = model.position.table
+    before = table.detach().clone()
+    tokens = _tokens(10)
+    loss = torch.nn.functional.cross_entropy(model(tokens).transpose(1, 2), _tokens(10, seed=1))
+    loss.backward()
+    assert torch.all(table.grad[10:] == 0)
+    assert torch.all(table.grad[:10].abs().sum(dim=1) > 0)
+    # AdamW without weight decay (as the experiment trains) leaves those rows as they were.
+    torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.0).step()
+    assert torch.equal(table.detach()[10:], before[10:])
+    assert torch.all((table.detach()[:10] != before[:10]).any(dim=1))

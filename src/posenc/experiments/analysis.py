@@ -15,6 +15,7 @@ NumPy only: the chapter and the tests use these on the committed CSVs, no PyTorc
 from __future__ import annotations
 
 import dataclasses
+import itertools
 
 import numpy as np
 
@@ -67,7 +68,7 @@ def windowed_accuracy(positions, accuracy, edges):
     if edges.ndim != 1 or edges.size < 2 or np.any(np.diff(edges) <= 0):
         raise ValueError(f"edges must be increasing, at least two of them, got {edges}")
     out = np.full(edges.size - 1, np.nan)
-    for i, (lo, hi) in enumerate(zip(edges[:-1], edges[1:])):
+    for i, (lo, hi) in enumerate(itertools.pairwise(edges)):
         inside = (p >= lo) & (p < hi)
         if inside.any():
             out[i] = a[inside].mean()
@@ -142,8 +143,11 @@ def rope_lag_aliases(
         margin = max(deviation[lag - 1], deviation[lag + 1])
         if deviation[training].min() >= margin:
             break
-    else:  # pragma: no cover - the slowest pairs always separate short distances
-        raise ValueError("no set of pairs separates the lag within the training length")
+    else:
+        raise ValueError(
+            f"no set of RoPE pairs (head_dim={head_dim}, base={base}) makes lag {lag}'s "
+            f"neighbours the closest of the training distances 0 .. {train_len - 1}"
+        )
     far = distance > train_len
     distances = tuple(int(d) for d in distance[far & (deviation < margin)])
     return RopeAliases(pairs, float(margin), distances, deviation)

@@ -173,9 +173,30 @@ class Setup:
     position_range: int = 256
 
     def __post_init__(self):
-        for name in ("train_len", "d_model", "n_heads", "n_layers", "batch_size"):
+        for name in (
+            "train_len",
+            "d_model",
+            "n_heads",
+            "n_layers",
+            "batch_size",
+            "max_steps",
+            "check_every",
+            "valid_batch",
+            "eval_batch",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.max_steps % self.check_every:
+            raise ValueError(
+                f"max_steps ({self.max_steps}) must be a multiple of check_every "
+                f"({self.check_every})"
+            )
+        if not 0 < self.target_accuracy <= 1:
+            raise ValueError(f"target_accuracy must lie in (0, 1], got {self.target_accuracy}")
+        if not self.learning_rates or min(self.learning_rates) <= 0:
+            raise ValueError(f"learning_rates must be positive, got {self.learning_rates}")
+        if not self.eval_lens:
+            raise ValueError("eval_lens must hold at least the training length")
         if min(self.eval_lens) != self.train_len:
             raise ValueError(
                 f"eval_lens must start at train_len={self.train_len}, got {self.eval_lens}"
@@ -205,6 +226,11 @@ class Plan:
     def __post_init__(self):
         for name in self.tasks:
             parse_task(name).check_length(self.setup.train_len)
+        for name in ("tasks", "arms"):
+            values = getattr(self, name)
+            repeated = sorted({v for v in values if values.count(v) > 1})
+            if repeated:
+                raise ValueError(f"{name} must not repeat, got {repeated} more than once")
         unknown = [a for a in self.arms if a not in ARMS]
         if unknown:
             raise ValueError(f"unknown arms {unknown}; choose from {tuple(ARMS)}")
@@ -454,7 +480,9 @@ def chosen_learning_rates(rows: Iterable[dict], setup: Setup) -> dict[tuple[str,
     """{(task, arm): learning rate} from the grid runs (seed ``setup.grid_seed``) in ``rows``.
 
     The rate that reached the target in the fewest steps; if none did, the one with the
-    highest validation accuracy; ties go to the smaller rate. Only (task, arm) pairs
+    highest validation accuracy; ties go to the smaller rate. Whether a run reached the
+    target is its ``converged`` column, decided on the unrounded accuracy (the stored
+    ``valid_accuracy`` is rounded to four decimals). Only (task, arm) pairs
     whose whole grid is present get a rate.
     """
     grid: dict[tuple[str, str], dict[float, tuple[int, float]]] = {}
@@ -466,6 +494,7 @@ def chosen_learning_rates(rows: Iterable[dict], setup: Setup) -> dict[tuple[str,
             grid.setdefault((row["task"], row["arm"]), {})[lr] = (
                 int(row["steps"]),
                 float(row["valid_accuracy"]),
+                bool(int(row["converged"])),
             )
     chosen = {}
     for key, runs in grid.items():
@@ -473,8 +502,7 @@ def chosen_learning_rates(rows: Iterable[dict], setup: Setup) -> dict[tuple[str,
             continue
 
         def rank(lr, runs=runs):
-            steps, accuracy = runs[lr]
-            converged = accuracy >= setup.target_accuracy
+            steps, accuracy, converged = runs[lr]
             return (not converged, steps if converged else -accuracy, lr)
 
         chosen[key] = min(runs, key=rank)
@@ -592,10 +620,14 @@ def run(plan: Plan, out: Path, *, jobs: int = 1, progress: bool = True) -> int:
     order = {pair: i for i, pair in enumerate(pairs)}
     queue.sort(key=lambda r: (order[r[:2]], r[2], r[3]))
     if jobs == 1:
-        while queue:
-            key = queue.pop(0)
-            queue += record(key, one_run(*key, setup))
-            queue.sort(key=lambda r: (order[r[:2]], r[2], r[3]))
+        threads = torch.get_num_threads()
+        try:
+            while queue:
+                key = queue.pop(0)
+                queue += record(key, one_run(*key, setup))
+                queue.sort(key=lambda r: (order[r[:2]], r[2], r[3]))
+        finally:
+            torch.set_num_threads(threads)
     else:
         context = multiprocessing.get_context("spawn")
         with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=context) as pool:

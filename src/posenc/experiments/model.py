@@ -59,7 +59,7 @@ def apply_rope(
     frequencies = torch.from_numpy(rope_frequencies(d, base=base))
     if positions is None:
         positions = torch.arange(length)
-    positions = positions.to(device="cpu", dtype=torch.float64)
+    positions = torch.as_tensor(positions).to(device="cpu", dtype=torch.float64)
     if positions.shape[-1] != length or positions.dim() not in (1, 2):
         raise ValueError(
             f"positions must have shape (length,) or (batch, length) with length {length}, "
