@@ -26,15 +26,27 @@ the benchmarks import these functions instead of re-typing them.
 - :mod:`posenc.alternatives` — the alternatives that act inside
   attention: RoPE, ALiBi, T5 buckets, Shaw et al.'s clipped offsets, and NoPE's
   causal mask (chapter 8).
+- :mod:`posenc.long_context` — RoPE's frequencies scaled for longer contexts: position
+  interpolation, NTK-aware and dynamic NTK, YaRN, Llama 3.
 - :mod:`posenc.block` — a Transformer encoder block in NumPy and the encoding added to
   its input, on the right axis (chapter 7).
 - :mod:`posenc.torch` — the sinusoidal and learned encodings as PyTorch modules and a
   small encoder that uses them (chapter 7). Import it by name: it needs PyTorch.
-- :mod:`posenc.experiments` — the length-generalization experiment of chapter 9 and
-  its small causal model. Import it by name: it needs PyTorch and tqdm.
+- :mod:`posenc.experiments` — the length-generalization experiment of chapter 9, its
+  small causal model and the analysis of its results. Import it by name: it needs
+  PyTorch and tqdm.
 """
 
-from posenc import alternatives, attention, block, checks, implementations, museum, properties
+from posenc import (
+    alternatives,
+    attention,
+    block,
+    checks,
+    implementations,
+    long_context,
+    museum,
+    properties,
+)
 from posenc.encoding import layout_permutation, sinusoidal
 
 __all__ = [
@@ -44,6 +56,7 @@ __all__ = [
     "checks",
     "implementations",
     "layout_permutation",
+    "long_context",
     "museum",
     "properties",
     "sinusoidal",

@@ -81,6 +81,8 @@ def rope(
     base: float = 10000.0,
     pairing: str = "interleaved",
     rotary_dim: int | None = None,
+    frequencies=None,
+    attention_scale: float = 1.0,
 ):
     """Rotary position embedding: rotate each pair of features by position * θ_i.
 
@@ -103,6 +105,12 @@ def rope(
         Partial rotary: only the first ``rotary_dim`` features (even, at most d) are
         rotated, with θ_i = base^(-2i/rotary_dim), and the rest pass through unchanged,
         as GPT-NeoX's ``rotary_pct`` does (0.25 of each head). Default: all d.
+    frequencies : float array (rotated width // 2,), optional
+        The rotation speed of every pair, in place of base^(-2i/d): for instance the
+        scaled frequencies of :func:`posenc.long_context.scaled_frequencies`.
+    attention_scale : float
+        Multiplies cos and sin (YaRN's temperature; the query-key logits then scale
+        by its square). Default 1.
 
     Returns
     -------
@@ -120,13 +128,30 @@ def rope(
             f"{x.shape})"
         )
     pairing = choice("pairing", pairing, PAIRINGS)
+    scale = positive_finite("attention_scale", attention_scale)
     if d < width:
-        rotated = rope(x[..., :d], positions, base=base, pairing=pairing)
+        rotated = rope(
+            x[..., :d],
+            positions,
+            base=base,
+            pairing=pairing,
+            frequencies=frequencies,
+            attention_scale=scale,
+        )
         passed = np.broadcast_to(x[..., d:], (*rotated.shape[:-1], width - d))
         return np.concatenate([rotated, passed], axis=-1)
-    theta = rope_frequencies(d, base=base)
+    if frequencies is None:
+        theta = rope_frequencies(d, base=base)
+    else:
+        theta = floating_array("frequencies", frequencies).astype(np.float64)
+        if theta.shape != (d // 2,) or not np.all(np.isfinite(theta)):
+            raise ValueError(
+                f"frequencies must be {d // 2} finite numbers, one per rotated pair, "
+                f"got shape {theta.shape}"
+            )
     angles = _positions(positions, x.shape)[..., None] * theta
-    cos, sin = np.cos(angles).astype(x.dtype), np.sin(angles).astype(x.dtype)
+    cos = (scale * np.cos(angles)).astype(x.dtype)
+    sin = (scale * np.sin(angles)).astype(x.dtype)
     if pairing == "interleaved":
         x0, x1 = x[..., 0::2], x[..., 1::2]
     else:
