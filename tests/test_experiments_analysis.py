@@ -220,7 +220,7 @@ def test_rope_lag_aliases_refuse_when_no_pairs_separate_the_lag():
     # pair 6 - 2 pi = -0.28 rad off) deviates 0.6 rad on every pair, less than the
     # neighbours' 1 rad, whatever the number of pairs.
     assert _deviation(7, 1, 4, 8) < 1.0 == _deviation(0, 1, 4, 8)
-    with pytest.raises(ValueError, match="no set of RoPE pairs .head_dim=8"):
+    with pytest.raises(ValueError, match=r"no set of RoPE pairs \(head_dim=8"):
         rope_lag_aliases(1, 8, train_len=16, max_distance=200)
 
 
