@@ -222,3 +222,32 @@ def test_learned_rows_past_the_training_length_get_no_gradient_and_stay_put():
     torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.0).step()
     assert torch.equal(table.detach()[10:], before[10:])
     assert torch.all((table.detach()[:10] != before[:10]).any(dim=1))
+
+
+def test_scaled_rope_frequencies_in_the_model():
+    from posenc.long_context import scaled_frequencies
+
+    x = np.random.default_rng(1).standard_normal((2, 3, 20, 8))
+    frequencies, scale = scaled_frequencies(8, method="yarn", factor=4.0, original_length=8)
+    got = apply_rope(torch.from_numpy(x), frequencies=frequencies, attention_scale=scale)
+    expected = rope(x, frequencies=frequencies, attention_scale=scale)
+    np.testing.assert_allclose(got.numpy(), expected, atol=1e-12, rtol=0)
+    with pytest.raises(ValueError, match=r"frequencies must have shape \(4,\)"):
+        apply_rope(torch.from_numpy(x), frequencies=frequencies[:3])
+
+    model = _model("rope")  # head width 8
+    tokens = _tokens(20)
+    with torch.no_grad():
+        plain = model(tokens)
+        model.set_rope_frequencies(frequencies / 4)
+        slowed = model(tokens)
+        model.set_rope_frequencies()
+        back = model(tokens)
+    assert torch.equal(plain, back) and (plain - slowed).abs().max() > 1e-3
+    assert "rope_scaling" not in "".join(model.state_dict())
+    with pytest.raises(ValueError, match=r"frequencies must have shape \(4,\)"):
+        model.set_rope_frequencies(frequencies[:2])
+    with pytest.raises(ValueError, match="attention_scale must be finite and > 0"):
+        model.set_rope_frequencies(frequencies, attention_scale=0.0)
+    with pytest.raises(ValueError, match="encoding='rope' only"):
+        _model("alibi").set_rope_frequencies(frequencies)

@@ -46,17 +46,30 @@ T5_MAX_DISTANCE = 128
 
 
 def apply_rope(
-    x: torch.Tensor, *, base: float = 10000.0, positions: torch.Tensor | None = None
+    x: torch.Tensor,
+    *,
+    base: float = 10000.0,
+    positions: torch.Tensor | None = None,
+    frequencies=None,
+    attention_scale: float = 1.0,
 ) -> torch.Tensor:
     """Rotate (..., length, d) as ``posenc.alternatives.rope`` (interleaved pairs).
 
     ``positions`` is None (positions 0 .. length - 1), a (length,) tensor, or a
     (batch, length) tensor for x of shape (batch, heads, length, d): one row of
-    positions per sequence, shared by its heads. The angles are computed in float64
-    and rounded once to the dtype of ``x``.
+    positions per sequence, shared by its heads. ``frequencies`` (d/2 of them, for
+    instance from :func:`posenc.long_context.scaled_frequencies`) replace
+    base^(-2i/d), and ``attention_scale`` multiplies cos and sin (YaRN). The angles
+    are computed in float64 and rounded once to the dtype of ``x``.
     """
     length, d = x.shape[-2], x.shape[-1]
-    frequencies = torch.from_numpy(rope_frequencies(d, base=base))
+    if frequencies is None:
+        frequencies = rope_frequencies(d, base=base)
+    frequencies = torch.as_tensor(np.asarray(frequencies, dtype=np.float64))
+    if frequencies.shape != (d // 2,):
+        raise ValueError(
+            f"frequencies must have shape ({d // 2},), one per pair, got {tuple(frequencies.shape)}"
+        )
     if positions is None:
         positions = torch.arange(length)
     positions = torch.as_tensor(positions).to(device="cpu", dtype=torch.float64)
@@ -74,8 +87,8 @@ def apply_rope(
                 f"x {tuple(x.shape)}"
             )
         angles = angles[:, None]  # (batch, 1, length, d/2): the same positions per head
-    cos = torch.cos(angles).to(dtype=x.dtype, device=x.device)
-    sin = torch.sin(angles).to(dtype=x.dtype, device=x.device)
+    cos = (attention_scale * torch.cos(angles)).to(dtype=x.dtype, device=x.device)
+    sin = (attention_scale * torch.sin(angles)).to(dtype=x.dtype, device=x.device)
     x0, x1 = x[..., 0::2], x[..., 1::2]
     return torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1).flatten(-2)
 
@@ -107,12 +120,14 @@ class _Attention(nn.Module):
         self.n_heads, self.encoding = n_heads, encoding
         self.qkv = nn.Linear(d_model, 3 * d_model)
         self.out = nn.Linear(d_model, d_model)
+        self.rope_scaling = {}  # frequencies= and attention_scale= for apply_rope
 
     def forward(self, x: torch.Tensor, bias: torch.Tensor, positions=None) -> torch.Tensor:
         batch, length, d_model = x.shape
         q, k, v = self.qkv(x).view(batch, length, 3, self.n_heads, -1).permute(2, 0, 3, 1, 4)
         if self.encoding == "rope":
-            q, k = apply_rope(q, positions=positions), apply_rope(k, positions=positions)
+            options = {"positions": positions, **self.rope_scaling}
+            q, k = apply_rope(q, **options), apply_rope(k, **options)
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
         return self.out(y.transpose(1, 2).reshape(batch, length, d_model))
 
@@ -194,6 +209,36 @@ class CausalLanguageModel(nn.Module):
         buckets = _t5_buckets(length).to(device)
         table = self.t5_table[buckets]  # (length, length, heads)
         return table.permute(2, 0, 1) + causal
+
+    def set_rope_frequencies(self, frequencies=None, attention_scale: float = 1.0) -> None:
+        """Use these RoPE frequencies (one per pair of a head) and scale from now on.
+
+        ``None`` and 1.0 restore RoPE's own. For stretching a trained model to longer
+        inputs with :func:`posenc.long_context.scaled_frequencies`; nothing is
+        stored in ``state_dict``.
+        """
+        if self.encoding != "rope":
+            raise ValueError(
+                f"RoPE frequencies apply to encoding='rope' only, not {self.encoding!r}"
+            )
+        head = self.d_model // self.n_heads
+        if frequencies is not None and np.shape(frequencies) != (head // 2,):
+            raise ValueError(
+                f"frequencies must have shape ({head // 2},), one per pair of a head of "
+                f"width {head}, got {np.shape(frequencies)}"
+            )
+        if not (math.isfinite(attention_scale) and attention_scale > 0):
+            raise ValueError(f"attention_scale must be finite and > 0, got {attention_scale}")
+        options = (
+            {}
+            if frequencies is None and attention_scale == 1.0
+            else {
+                "frequencies": frequencies,
+                "attention_scale": float(attention_scale),
+            }
+        )
+        for block in self.blocks:
+            block.attention.rope_scaling = dict(options)
 
     def forward(self, tokens: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
         """Logits for ``tokens``; ``positions`` (RoPE only) as in :func:`apply_rope`.
