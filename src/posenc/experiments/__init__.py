@@ -6,6 +6,9 @@
 - :mod:`posenc.experiments.length_generalization` — three tasks, seven arms, train at
   one length until the task is learned, evaluate at longer ones:
   ``python -m posenc.experiments.length_generalization --jobs 2`` (resumable).
+- :mod:`posenc.experiments.long_context` — chapter 9's RoPE models stretched to
+  longer inputs with scaled frequencies, zero-shot and after a short fine-tune:
+  ``python -m posenc.experiments.long_context --jobs 2`` (resumable).
 - :mod:`posenc.experiments.analysis` — bootstrap intervals over seeds, windowed
   accuracy, accuracy steps, and RoPE's predicted lag aliases (NumPy only).
 """

@@ -1,0 +1,272 @@
+"""Stretching chapter 9's RoPE models to longer inputs with scaled frequencies.
+
+For each task and seed, the RoPE model of :mod:`posenc.experiments.length_generalization`
+is trained again exactly as there (same setup, seed and chosen learning rate, read
+from ``data/length_generalization.csv``), then evaluated at N, 2N, 4N and 8N:
+
+- **zero-shot**, with every method of :func:`posenc.long_context.scaled_frequencies`
+  at every factor in ``factors`` (original length N);
+- **fine-tuned**: a copy of the model trained ``finetune_steps`` more steps at
+  ``finetune_factor`` · N tokens with the method's frequencies at that factor, then
+  evaluated the same way ("none" is plain RoPE fine-tuned at the longer length).
+
+Run it from the repository's root::
+
+    python -m posenc.experiments.long_context --jobs 2   # writes data/long_context.csv
+    python -m posenc.experiments.long_context --quick    # a smoke run
+
+It appends one (task, seed) at a time and skips those already in the file; every row
+carries the setup id, and a file of another setup is refused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import copy
+import csv
+import dataclasses
+import hashlib
+import json
+import math
+import multiprocessing
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from posenc.experiments import length_generalization as lg
+from posenc.long_context import METHODS, scaled_frequencies
+
+__all__ = ["FIELDS", "FULL", "QUICK", "Study", "main", "run", "study_rows"]
+
+FIELDS = (
+    "setup",
+    "task",
+    "seed",
+    "method",
+    "factor",
+    "stage",
+    "eval_len",
+    "accuracy",
+    "accuracy_beyond_train_len",
+    "loss",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Study:
+    """What determines the rows: chapter 9's plan, and how its RoPE models are stretched."""
+
+    plan: lg.Plan = lg.FULL
+    tasks: tuple[str, ...] = ("copy_lag3", "recall")
+    seeds: int = 5
+    eval_factors: tuple[int, ...] = (1, 2, 4, 8)
+    factors: tuple[float, ...] = (2.0, 4.0, 8.0)
+    finetune_factor: float = 4.0
+    finetune_steps: int = 50
+    eval_batch: int = 256
+
+    def __post_init__(self):
+        for task in self.tasks:
+            if task not in self.plan.tasks:
+                raise ValueError(f"task {task!r} is not one of chapter 9's {self.plan.tasks}")
+        if self.seeds < 1 or self.finetune_steps < 1 or self.eval_batch < 1:
+            raise ValueError("seeds, finetune_steps and eval_batch must be >= 1")
+        if min(self.factors) < 1 or self.finetune_factor not in self.factors:
+            raise ValueError("factors must be >= 1 and include finetune_factor")
+
+    @property
+    def id(self) -> str:
+        fields = dataclasses.asdict(self)
+        fields["plan"] = self.plan.setup.id
+        return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:12]
+
+    @property
+    def eval_lens(self) -> tuple[int, ...]:
+        return tuple(k * self.plan.setup.train_len for k in self.eval_factors)
+
+
+FULL = Study()
+QUICK = Study(
+    lg.QUICK,
+    seeds=1,
+    eval_factors=(1, 2),
+    factors=(2.0,),
+    finetune_factor=2.0,
+    finetune_steps=2,
+    eval_batch=8,
+)
+
+
+def _options(study: Study, method: str, factor: float, length: int):
+    setup = study.plan.setup
+    head = setup.d_model // setup.n_heads
+    kwargs = {"method": method, "factor": factor}
+    if method in ("dynamic_ntk", "yarn", "llama3"):
+        kwargs["original_length"] = setup.train_len
+    if method == "dynamic_ntk":
+        kwargs["seq_len"] = length
+    return scaled_frequencies(head, **kwargs)
+
+
+def _evaluate(model, study, task, method, factor, stage, seed):
+    setup = dataclasses.replace(study.plan.setup, eval_batch=study.eval_batch)
+    arm = lg.ARMS["rope"]
+    rows = []
+    for length in study.eval_lens:
+        model.set_rope_frequencies(*_options(study, method, factor, length))
+        loss, accuracy, beyond, _ = lg.evaluate(model, task, arm, setup, length)
+        rows.append(
+            {
+                "setup": study.id,
+                "task": task.name,
+                "seed": seed,
+                "method": method,
+                "factor": factor,
+                "stage": stage,
+                "eval_len": length,
+                "accuracy": round(accuracy, 4),
+                "accuracy_beyond_train_len": "" if math.isnan(beyond) else round(beyond, 4),
+                "loss": round(loss, 4),
+            }
+        )
+    model.set_rope_frequencies()
+    return rows
+
+
+def _finetune(model, study, task, method, seed, learning_rate):
+    setup = study.plan.setup
+    length = int(study.finetune_factor * setup.train_len)
+    model = copy.deepcopy(model)
+    model.set_rope_frequencies(*_options(study, method, study.finetune_factor, length))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0)
+    data = torch.Generator().manual_seed(10_000 + seed)
+    model.train()
+    for _ in range(study.finetune_steps):
+        tokens, targets = lg.make_batch(task, data, setup.batch_size, length)
+        loss, _, scored = lg._correct(model, tokens, targets)
+        optimizer.zero_grad()
+        (loss.sum() / scored.sum()).backward()
+        optimizer.step()
+    model.set_rope_frequencies()
+    return model.eval()
+
+
+def study_rows(study: Study, task_name: str, seed: int, learning_rate: float) -> list[dict]:
+    """Every row of one (task, seed): the trained model, zero-shot and fine-tuned."""
+    torch.set_num_threads(1)
+    task, setup = lg.parse_task(task_name), study.plan.setup
+    model, _, _ = lg.train(task, lg.ARMS["rope"], seed, learning_rate, setup)
+    rows = []
+    for method in METHODS:
+        for factor in (1.0,) if method == "none" else study.factors:
+            rows += _evaluate(model, study, task, method, factor, "zero_shot", seed)
+    for method in METHODS:
+        tuned = _finetune(model, study, task, method, seed, learning_rate)
+        factor = 1.0 if method == "none" else study.finetune_factor
+        rows += _evaluate(tuned, study, task, method, factor, "fine_tuned", seed)
+    return rows
+
+
+def _rows_per_unit(study: Study) -> int:
+    zero_shot = 1 + (len(METHODS) - 1) * len(study.factors)
+    return (zero_shot + len(METHODS)) * len(study.eval_lens)
+
+
+def run(study: Study, out: Path, rates_from: Path, *, jobs: int = 1, progress: bool = True):
+    """Make every (task, seed) of ``study`` that ``out`` lacks; return how many."""
+    if jobs < 1:
+        raise ValueError(f"jobs must be >= 1, got {jobs}")
+    with rates_from.open(newline="") as handle:
+        rates = lg.chosen_learning_rates(list(csv.DictReader(handle)), study.plan.setup)
+    missing = [t for t in study.tasks if (t, "rope") not in rates]
+    if missing:
+        raise ValueError(f"{rates_from} has no learning-rate grid for RoPE on {missing}")
+    done: dict[tuple[str, int], int] = {}
+    if out.exists():
+        with out.open(newline="") as handle:
+            reader = csv.DictReader(handle)
+            if tuple(reader.fieldnames or ()) != FIELDS:
+                raise ValueError(f"{out} has columns {reader.fieldnames}, not {list(FIELDS)}")
+            for row in reader:
+                if row["setup"] != study.id:
+                    raise ValueError(
+                        f"{out} holds results of another setup ({row['setup']}; this one is "
+                        f"{study.id}): move it away or pass another --out"
+                    )
+                key = (row["task"], int(row["seed"]))
+                done[key] = done.get(key, 0) + 1
+    if any(n != _rows_per_unit(study) for n in done.values()):
+        raise ValueError(f"{out} has an incomplete (task, seed): rewrite it")
+    units = [(t, s) for t in study.tasks for s in range(study.seeds) if (t, s) not in done]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    bar = tqdm(total=len(units), desc="long context", unit="model", disable=not progress)
+
+    def record(rows):
+        new = not out.exists()
+        with out.open("a", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=FIELDS, lineterminator="\n")
+            if new:
+                writer.writeheader()
+            writer.writerows(rows)
+        bar.update(1)
+
+    if jobs == 1:
+        threads = torch.get_num_threads()
+        try:
+            for task, seed in units:
+                record(study_rows(study, task, seed, rates[task, "rope"]))
+        finally:
+            torch.set_num_threads(threads)
+    else:
+        context = multiprocessing.get_context("spawn")
+        with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=context) as pool:
+            futures = [pool.submit(study_rows, study, t, s, rates[t, "rope"]) for t, s in units]
+            for future in concurrent.futures.as_completed(futures):
+                record(future.result())
+    bar.close()
+    return len(units)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m posenc.experiments.long_context",
+        description="Stretch chapter 9's RoPE models with scaled frequencies; resumable.",
+    )
+    parser.add_argument("--quick", action="store_true", help="a seconds-long smoke run")
+    parser.add_argument("--jobs", type=int, default=1, help="models in parallel")
+    parser.add_argument("--out", type=Path, default=None, help="default data/long_context.csv")
+    parser.add_argument(
+        "--rates-from",
+        type=Path,
+        default=None,
+        help="chapter 9's results, for the learning rates (default "
+        "data/length_generalization.csv; with --quick, a quick run is made first)",
+    )
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    args = parser.parse_args(argv)
+    study = QUICK if args.quick else FULL
+    out = args.out or Path("data") / (
+        "long_context_quick.csv" if args.quick else "long_context.csv"
+    )
+    rates_from = args.rates_from
+    start = time.perf_counter()
+    try:
+        if rates_from is None and args.quick:
+            rates_from = out.with_name(out.stem + "_rates.csv")
+            lg.run(dataclasses.replace(lg.QUICK, arms=("rope",)), rates_from, progress=False)
+        rates_from = rates_from or Path("data") / "length_generalization.csv"
+        made = run(study, out, rates_from, jobs=args.jobs, progress=not args.no_progress)
+    except ValueError as error:
+        parser.error(str(error))
+    seconds = time.perf_counter() - start
+    print(f"{made} models stretched in {seconds:.0f} s (setup {study.id}); results in {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
