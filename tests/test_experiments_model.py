@@ -251,3 +251,38 @@ def test_scaled_rope_frequencies_in_the_model():
         model.set_rope_frequencies(frequencies, attention_scale=0.0)
     with pytest.raises(ValueError, match="encoding='rope' only"):
         _model("alibi").set_rope_frequencies(frequencies)
+
+
+@pytest.mark.parametrize("encoding", ["none", "rope", "alibi", "t5"])
+def test_attention_weights_are_the_forward_pass_written_out(encoding):
+    model = _model(encoding)
+    tokens = _tokens(12)
+    with torch.no_grad():
+        logits = model(tokens)
+    weights = model.attention_weights(tokens)
+    # afterwards the model is back on the fused path, holding nothing
+    assert all(not b.attention.keep_weights and b.attention.weights is None for b in model.blocks)
+    assert len(weights) == len(model.blocks)
+    for w in weights:
+        assert w.shape == (tokens.shape[0], model.n_heads, 12, 12)
+        torch.testing.assert_close(w.sum(dim=-1), torch.ones(w.shape[:-1]))
+        assert torch.all(w.triu(diagonal=1) == 0)  # causal: nothing on later keys
+    # the written-out softmax computes what the fused one does
+    for block in model.blocks:
+        block.attention.keep_weights = True
+    with torch.no_grad():
+        kept = model(tokens)
+    torch.testing.assert_close(kept, logits, atol=1e-5, rtol=0)
+
+
+def test_attention_entropy_is_ln_of_the_keys_for_uniform_attention_and_0_for_one_key():
+    model = _model("none")
+    tokens = _tokens(9)
+    for block in model.blocks:  # zero queries: every score 0, uniform over the prefix
+        torch.nn.init.zeros_(block.attention.qkv.weight[: model.d_model])
+        torch.nn.init.zeros_(block.attention.qkv.bias[: model.d_model])
+    entropy = model.attention_entropy(tokens)
+    assert entropy.shape == (len(model.blocks), tokens.shape[0], model.n_heads, 9)
+    expected = torch.log(torch.arange(1, 10, dtype=torch.float32))
+    torch.testing.assert_close(entropy, expected.expand_as(entropy), atol=1e-5, rtol=0)
+    assert torch.all(entropy[..., 0] == 0)  # the first query sees one key

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import itertools
+import math
 
 import pytest
 
@@ -31,20 +32,30 @@ def _check(path, study):
     for task, seed in itertools.product(study.tasks, range(study.seeds)):
         for method in METHODS:
             for factor in (1.0,) if method == "none" else study.factors:
-                expected += [(task, seed, method, factor, "zero_shot", n) for n in study.eval_lens]
+                scales = (True, False) if method == "yarn" else (True,)
+                for n, tempered in itertools.product(study.eval_lens, scales):
+                    expected.append((task, seed, method, factor, tempered, "zero_shot", 0, n))
         for method in METHODS:
             factor = 1.0 if method == "none" else study.finetune_factor
-            expected += [(task, seed, method, factor, "fine_tuned", n) for n in study.eval_lens]
-    got = [
-        (r["task"], int(r["seed"]), r["method"], float(r["factor"]), r["stage"], int(r["eval_len"]))
-        for r in rows
-    ]
+            for n, steps in itertools.product(study.eval_lens, study.finetune_steps):
+                expected.append((task, seed, method, factor, True, "fine_tuned", steps, n))
+    got = []
+    for r in rows:
+        method, factor, scale = r["method"], float(r["factor"]), float(r["attention_scale"])
+        yarn_scale = 0.1 * math.log(factor) + 1
+        # YaRN rows carry its temperature or none; every other method has none
+        tempered = math.isclose(scale, yarn_scale, abs_tol=1e-6) if method == "yarn" else True
+        assert scale == 1.0 or (method == "yarn" and tempered)
+        key = (r["task"], int(r["seed"]), method, factor, tempered, r["stage"])
+        got.append((*key, int(r["finetune_steps"]), int(r["eval_len"])))
     assert sorted(got) == sorted(expected)
     train_len = study.plan.setup.train_len
     for r in rows:
         assert 0.0 <= float(r["accuracy"]) <= 1.0 and float(r["loss"]) >= 0.0
         beyond = r["accuracy_beyond_train_len"]
         assert (beyond == "") == (int(r["eval_len"]) == train_len)
+        # the mean over queries t >= length - N of an entropy in [0, ln(t + 1)]
+        assert 0.0 <= float(r["entropy"]) <= math.log(int(r["eval_len"]) + 1)
 
 
 def test_quick_run_resumes_and_refuses_another_setup(tmp_path):
@@ -54,7 +65,7 @@ def test_quick_run_resumes_and_refuses_another_setup(tmp_path):
     before = out.read_bytes()
     assert lc.run(lc.QUICK, out, tmp_path / "lc_rates.csv", progress=False) == 0
     assert out.read_bytes() == before
-    other = dataclasses.replace(lc.QUICK, finetune_steps=3)
+    other = dataclasses.replace(lc.QUICK, finetune_steps=(3,))
     with pytest.raises(ValueError, match=f"another setup .{lc.QUICK.id}; this one is {other.id}"):
         lc.run(other, out, tmp_path / "lc_rates.csv", progress=False)
     assert out.read_bytes() == before
@@ -81,6 +92,11 @@ def test_study_refuses_what_it_cannot_run(tmp_path):
         lc.Study(tasks=("copy_lag7",))
     with pytest.raises(ValueError, match="must be >= 1"):
         lc.Study(seeds=0)
+    with pytest.raises(ValueError, match="entropy_batch must be >= 1"):
+        lc.Study(entropy_batch=0)
+    for steps in ((), (0, 5), (50, 5), (5, 5)):
+        with pytest.raises(ValueError, match=r"finetune_steps must be increasing and >= 1"):
+            lc.Study(finetune_steps=steps)
     with pytest.raises(ValueError, match="include finetune_factor"):
         lc.Study(factors=(2.0,), finetune_factor=4.0)
     with pytest.raises(ValueError, match="jobs must be >= 1"):

@@ -5,10 +5,15 @@ is trained again exactly as there (same setup, seed and chosen learning rate, re
 from ``data/length_generalization.csv``), then evaluated at N, 2N, 4N and 8N:
 
 - **zero-shot**, with every method of :func:`posenc.long_context.scaled_frequencies`
-  at every factor in ``factors`` (original length N);
-- **fine-tuned**: a copy of the model trained ``finetune_steps`` more steps at
-  ``finetune_factor`` · N tokens with the method's frequencies at that factor, then
-  evaluated the same way ("none" is plain RoPE fine-tuned at the longer length).
+  at every factor in ``factors`` (original length N), and YaRN once more without its
+  attention temperature (``attention_scale`` 1);
+- **fine-tuned**: a copy of the model trained more steps at ``finetune_factor`` · N
+  tokens with the method's frequencies at that factor, evaluated the same way after
+  each number of steps in ``finetune_steps`` ("none" is plain RoPE fine-tuned at the
+  longer length).
+
+Every row also holds the mean entropy of the attention (nats, over layers, heads,
+``entropy_batch`` held-out sequences and the last N queries of each).
 
 Run it from the repository's root::
 
@@ -49,11 +54,14 @@ FIELDS = (
     "seed",
     "method",
     "factor",
+    "attention_scale",
     "stage",
+    "finetune_steps",
     "eval_len",
     "accuracy",
     "accuracy_beyond_train_len",
     "loss",
+    "entropy",
 )
 
 
@@ -67,15 +75,19 @@ class Study:
     eval_factors: tuple[int, ...] = (1, 2, 4, 8)
     factors: tuple[float, ...] = (2.0, 4.0, 8.0)
     finetune_factor: float = 4.0
-    finetune_steps: int = 50
+    finetune_steps: tuple[int, ...] = (5, 50)
     eval_batch: int = 256
+    entropy_batch: int = 64
 
     def __post_init__(self):
         for task in self.tasks:
             if task not in self.plan.tasks:
                 raise ValueError(f"task {task!r} is not one of chapter 9's {self.plan.tasks}")
-        if self.seeds < 1 or self.finetune_steps < 1 or self.eval_batch < 1:
-            raise ValueError("seeds, finetune_steps and eval_batch must be >= 1")
+        if self.seeds < 1 or self.eval_batch < 1 or self.entropy_batch < 1:
+            raise ValueError("seeds, eval_batch and entropy_batch must be >= 1")
+        steps = self.finetune_steps
+        if not steps or min(steps) < 1 or list(steps) != sorted(set(steps)):
+            raise ValueError(f"finetune_steps must be increasing and >= 1, got {steps}")
         if min(self.factors) < 1 or self.finetune_factor not in self.factors:
             raise ValueError("factors must be >= 1 and include finetune_factor")
 
@@ -97,12 +109,13 @@ QUICK = Study(
     eval_factors=(1, 2),
     factors=(2.0,),
     finetune_factor=2.0,
-    finetune_steps=2,
+    finetune_steps=(1, 2),
     eval_batch=8,
+    entropy_batch=4,
 )
 
 
-def _options(study: Study, method: str, factor: float, length: int):
+def _options(study: Study, method: str, factor: float, length: int, temperature: bool = True):
     setup = study.plan.setup
     head = setup.d_model // setup.n_heads
     kwargs = {"method": method, "factor": factor}
@@ -110,15 +123,24 @@ def _options(study: Study, method: str, factor: float, length: int):
         kwargs["original_length"] = setup.train_len
     if method == "dynamic_ntk":
         kwargs["seq_len"] = length
-    return scaled_frequencies(head, **kwargs)
+    frequencies, scale = scaled_frequencies(head, **kwargs)
+    return frequencies, scale if temperature else 1.0
 
 
-def _evaluate(model, study, task, method, factor, stage, seed):
+def _entropy(model, task, length, study):
+    """Mean attention entropy over layers, heads, sequences and the last N queries."""
+    tokens, _ = lg.held_out_batch(task, length, study.entropy_batch)
+    entropy = model.attention_entropy(tokens)  # (layers, batch, heads, length + 1)
+    return entropy[..., -study.plan.setup.train_len :].mean().item()
+
+
+def _evaluate(model, study, task, method, factor, seed, *, stage, steps=0, temperature=True):
     setup = dataclasses.replace(study.plan.setup, eval_batch=study.eval_batch)
     arm = lg.ARMS["rope"]
     rows = []
     for length in study.eval_lens:
-        model.set_rope_frequencies(*_options(study, method, factor, length))
+        frequencies, scale = _options(study, method, factor, length, temperature)
+        model.set_rope_frequencies(frequencies, scale)
         loss, accuracy, beyond, _ = lg.evaluate(model, task, arm, setup, length)
         rows.append(
             {
@@ -127,33 +149,39 @@ def _evaluate(model, study, task, method, factor, stage, seed):
                 "seed": seed,
                 "method": method,
                 "factor": factor,
+                "attention_scale": round(scale, 6),
                 "stage": stage,
+                "finetune_steps": steps,
                 "eval_len": length,
                 "accuracy": round(accuracy, 4),
                 "accuracy_beyond_train_len": "" if math.isnan(beyond) else round(beyond, 4),
                 "loss": round(loss, 4),
+                "entropy": round(_entropy(model, task, length, study), 4),
             }
         )
     model.set_rope_frequencies()
     return rows
 
 
-def _finetune(model, study, task, method, seed, learning_rate):
+def _finetuned(model, study, task, method, seed, learning_rate):
+    """A copy of ``model`` trained at finetune_factor · N; yields (steps, model) at each
+    number of steps in ``study.finetune_steps``."""
     setup = study.plan.setup
     length = int(study.finetune_factor * setup.train_len)
     model = copy.deepcopy(model)
     model.set_rope_frequencies(*_options(study, method, study.finetune_factor, length))
     optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0)
     data = torch.Generator().manual_seed(10_000 + seed)
-    model.train()
-    for _ in range(study.finetune_steps):
+    for steps in range(1, max(study.finetune_steps) + 1):
+        model.train()
         tokens, targets = lg.make_batch(task, data, setup.batch_size, length)
         loss, _, scored = lg._correct(model, tokens, targets)
         optimizer.zero_grad()
         (loss.sum() / scored.sum()).backward()
         optimizer.step()
-    model.set_rope_frequencies()
-    return model.eval()
+        if steps in study.finetune_steps:
+            model.eval()
+            yield steps, model
 
 
 def study_rows(study: Study, task_name: str, seed: int, learning_rate: float) -> list[dict]:
@@ -164,17 +192,24 @@ def study_rows(study: Study, task_name: str, seed: int, learning_rate: float) ->
     rows = []
     for method in METHODS:
         for factor in (1.0,) if method == "none" else study.factors:
-            rows += _evaluate(model, study, task, method, factor, "zero_shot", seed)
+            rows += _evaluate(model, study, task, method, factor, seed, stage="zero_shot")
+    for factor in study.factors:
+        rows += _evaluate(
+            model, study, task, "yarn", factor, seed, stage="zero_shot", temperature=False
+        )
     for method in METHODS:
-        tuned = _finetune(model, study, task, method, seed, learning_rate)
         factor = 1.0 if method == "none" else study.finetune_factor
-        rows += _evaluate(tuned, study, task, method, factor, "fine_tuned", seed)
+        for steps, tuned in _finetuned(model, study, task, method, seed, learning_rate):
+            rows += _evaluate(
+                tuned, study, task, method, factor, seed, stage="fine_tuned", steps=steps
+            )
     return rows
 
 
 def _rows_per_unit(study: Study) -> int:
-    zero_shot = 1 + (len(METHODS) - 1) * len(study.factors)
-    return (zero_shot + len(METHODS)) * len(study.eval_lens)
+    zero_shot = 1 + len(METHODS) * len(study.factors)  # "none" once; YaRN twice
+    fine_tuned = len(METHODS) * len(study.finetune_steps)
+    return (zero_shot + fine_tuned) * len(study.eval_lens)
 
 
 def run(study: Study, out: Path, rates_from: Path, *, jobs: int = 1, progress: bool = True):

@@ -121,6 +121,8 @@ class _Attention(nn.Module):
         self.qkv = nn.Linear(d_model, 3 * d_model)
         self.out = nn.Linear(d_model, d_model)
         self.rope_scaling = {}  # frequencies= and attention_scale= for apply_rope
+        self.keep_weights = False  # set by CausalLanguageModel.attention_weights
+        self.weights: torch.Tensor | None = None
 
     def forward(self, x: torch.Tensor, bias: torch.Tensor, positions=None) -> torch.Tensor:
         batch, length, d_model = x.shape
@@ -128,7 +130,13 @@ class _Attention(nn.Module):
         if self.encoding == "rope":
             options = {"positions": positions, **self.rope_scaling}
             q, k = apply_rope(q, **options), apply_rope(k, **options)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+        if self.keep_weights:
+            # The same attention written out, to keep its weights.
+            scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]) + bias
+            self.weights = torch.softmax(scores, dim=-1)
+            y = self.weights @ v
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
         return self.out(y.transpose(1, 2).reshape(batch, length, d_model))
 
 
@@ -239,6 +247,32 @@ class CausalLanguageModel(nn.Module):
         )
         for block in self.blocks:
             block.attention.rope_scaling = dict(options)
+
+    @torch.no_grad()
+    def attention_weights(self, tokens: torch.Tensor, positions=None) -> list[torch.Tensor]:
+        """Every layer's attention weights for ``tokens``: (batch, heads, length, length).
+
+        Row t of a head is the distribution query t puts over keys 0 .. t (zero past
+        t). Computed by the same forward pass, with the softmax written out.
+        """
+        attentions = [block.attention for block in self.blocks]
+        try:
+            for attention in attentions:
+                attention.keep_weights = True
+            self(tokens, positions)
+            return [attention.weights for attention in attentions]
+        finally:
+            for attention in attentions:
+                attention.keep_weights, attention.weights = False, None
+
+    def attention_entropy(self, tokens: torch.Tensor, positions=None) -> torch.Tensor:
+        """Entropy in nats of every query's attention: (layers, batch, heads, length).
+
+        Query t attends over t + 1 keys, so its entropy lies in [0, ln(t + 1)];
+        ln(t + 1) is uniform attention.
+        """
+        weights = torch.stack(self.attention_weights(tokens, positions))
+        return -torch.special.xlogy(weights, weights).sum(dim=-1)
 
     def forward(self, tokens: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
         """Logits for ``tokens``; ``positions`` (RoPE only) as in :func:`apply_rope`.
