@@ -48,7 +48,7 @@ lint: $(STAMP)
 execute: $(STAMP)
 	$(BIN)/python -m tools.execute_notebooks $(NOTEBOOKS)
 
-## bench: time every construction of the table side by side (chapter 10); writes
+## bench: time every construction of the table side by side (chapter 11); writes
 ## data/benchmark.json. Never part of test: timings are measured, not asserted.
 bench: $(STAMP)
 	$(BIN)/python benchmarks/tables.py

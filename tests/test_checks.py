@@ -1,6 +1,6 @@
 """Unit tests of posenc.checks: silent on correct tables, and naming every exhibit's bug.
 
-Every exhibit of chapter 11 (posenc.museum) is checked here with the finding it must
+Every exhibit of chapter 12 (posenc.museum) is checked here with the finding it must
 produce, so each of the check's detectors is seen failing on its bug; correct tables
 of every kind must produce no finding at all.
 """

@@ -1,4 +1,4 @@
-"""The angle-addition table of posenc.fast (chapter 10): error bounds, exact reuse of rows,
+"""The angle-addition table of posenc.fast (chapter 11): error bounds, exact reuse of rows,
 both layouts and the number of sines it computes."""
 
 from __future__ import annotations

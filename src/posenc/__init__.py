@@ -7,14 +7,14 @@ the benchmarks import these functions instead of re-typing them.
 - :mod:`posenc.encoding` — the sinusoidal table, :func:`sinusoidal`, and its column
   layouts, :func:`layout_permutation` (chapters 2-5).
 - :mod:`posenc.implementations` — the chapters' variants: naive loops, vectorized,
-  log-space ``div_term`` (chapters 3-5) and angle addition (chapter 10).
+  log-space ``div_term`` (chapters 3-5) and angle addition (chapter 11).
 - :mod:`posenc.fast` — the table by angle addition, what :func:`sinusoidal` uses: exact
   sines only for the digits of each position, every row one complex product
-  (chapter 10).
-- :mod:`posenc.benchmark` — chapter 10's side-by-side timings (``make bench``).
+  (chapter 11).
+- :mod:`posenc.benchmark` — chapter 11's side-by-side timings (``make bench``).
 - :mod:`posenc.checks` — :func:`~posenc.checks.check_sinusoidal_table`: compare a table
-  with the formula and name the likely bug when it differs (chapter 11).
-- :mod:`posenc.museum` — chapter 11's exhibits: published positional-encoding bugs and
+  with the formula and name the likely bug when it differs (chapter 12).
+- :mod:`posenc.museum` — chapter 12's exhibits: published positional-encoding bugs and
   conventions (tensor2tensor, fairseq) rebuilt in NumPy.
 - :mod:`posenc.reference` — exact values from mpmath, the yardstick for all of them.
 - :mod:`posenc.properties` — wavelengths, the rotation ``M_k`` and the offset dot

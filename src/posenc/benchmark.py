@@ -1,4 +1,4 @@
-"""Chapter 10's benchmark: every way of building the table, measured side by side.
+"""Chapter 11's benchmark: every way of building the table, measured side by side.
 
 For each size and dtype it times every construction in the same run, interleaved
 round by round, and reports the median time, the output written per second, the
@@ -7,7 +7,7 @@ same shape and dtype: writing the output once, the least any construction can do
 the largest error against exact values, and the peak memory as a multiple of the
 output. A second part builds (8192, 1024) tables of the positions just below 10**6.
 
-``make bench`` runs :func:`main`, prints the tables and the goals of chapter 10, and
+``make bench`` runs :func:`main`, prints the tables and the goals of chapter 11, and
 writes everything to ``data/benchmark.json``, which the chapter reads. Timings are
 never asserted by the tests: the machine is shared and noisy.
 
@@ -58,7 +58,7 @@ NAIVE_ENTRIES = 2**18  # the Python loops only up to (1024, 256)
 DTYPES = ("float32", "float64")
 DEFAULT_OUT = Path("data") / "benchmark.json"
 
-# Chapter 10's goals, at GOAL_SIZE in float32 unless stated.
+# Chapter 11's goals, at GOAL_SIZE in float32 unless stated.
 GOAL_SPEEDUP_OVER_PYTORCH = 2.0
 GOAL_MULTIPLE_OF_FILL = 3.0
 GOAL_FLOAT32_ERROR = 5e-7
@@ -94,7 +94,7 @@ def fill_bound(length, d_model, *, start=0, dtype=np.float32) -> np.ndarray:
 
 
 def _rounded_once(length, d_model, *, start=0, dtype=np.float32) -> np.ndarray:
-    # What posenc.sinusoidal did before chapter 10: direct evaluation in float64.
+    # What posenc.sinusoidal did before chapter 11: direct evaluation in float64.
     return implementations.vectorized(length, d_model, start=start).astype(dtype)
 
 
@@ -307,7 +307,7 @@ def measure_far(methods) -> list[dict]:
 
 
 def goals(runs: list[dict], far: list[dict]) -> list[dict]:
-    """Chapter 10's goals, each with its measured value and whether it is met."""
+    """Chapter 11's goals, each with its measured value and whether it is met."""
 
     def run(method, dtype="float32", size=GOAL_SIZE):
         for r in runs:

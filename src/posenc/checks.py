@@ -1,4 +1,4 @@
-"""Check a sinusoidal table and name the likely bug when it is wrong (chapter 11).
+"""Check a sinusoidal table and name the likely bug when it is wrong (chapter 12).
 
 :func:`check_sinusoidal_table` compares a table with the paper's formula. When they
 differ it does not stop at "differs": it searches a small space of known mistakes

@@ -3,7 +3,7 @@
 ``sinusoidal`` is the entry point the rest of the book uses. Every angle it needs
 is computed in float64: chapter 5 measures why (the angle ``pos * omega`` is the
 error that matters, not the form of ``div_term``). It builds the table by angle
-addition (chapter 10, :mod:`posenc.fast`), with sin and cos computed only for a few
+addition (chapter 11, :mod:`posenc.fast`), with sin and cos computed only for a few
 exact angles and every row made of products and sums.
 """
 
@@ -108,7 +108,7 @@ def sinusoidal(
     columns first, then all cosine columns (tensor2tensor's arrangement).
 
     Every angle is computed in float64, at any position up to 2**53. The table is
-    built by angle addition (chapter 10, :mod:`posenc.fast`): a float64 table is
+    built by angle addition (chapter 11, :mod:`posenc.fast`): a float64 table is
     within a few units of float64 rounding of direct evaluation, a float32 table
     within 2.4e-7 of the exact values (four float32 roundings), and a float16 table
     is the float64 one rounded once. Each row depends on its position alone, so

@@ -1,7 +1,7 @@
-"""The sinusoidal table built by angle addition, a block of rows at a time (chapter 10).
+"""The sinusoidal table built by angle addition, a block of rows at a time (chapter 11).
 
 Chapter 6 shows that moving k positions rotates every sin/cos pair by the angle
-``k * omega``. Chapter 10 turns that into an algorithm. Write each position as
+``k * omega``. Chapter 11 turns that into an algorithm. Write each position as
 ``p = q * BLOCK + r`` with ``0 <= r < BLOCK``. For pair i, with ``a = q * BLOCK * omega_i``
 and ``b = r * omega_i``::
 

@@ -8,7 +8,7 @@ formula; they differ in how, and in which dtype the arithmetic happens:
   with the frequencies in the power form ``1 / base**(2i/d)``; arithmetic in ``dtype``.
 - :func:`log_space` (chapter 5): the same, with the frequencies written
   ``exp(2i * -ln(base) / d)`` (the ``div_term`` of many code bases); arithmetic in ``dtype``.
-- :func:`angle_addition` (chapter 10): sin and cos in float64 only for the digits of
+- :func:`angle_addition` (chapter 11): sin and cos in float64 only for the digits of
   each position, every row a complex product of two of them; what
   :func:`posenc.sinusoidal` uses.
 

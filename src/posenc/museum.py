@@ -1,4 +1,4 @@
-"""The exhibits of chapter 11: positional-encoding bugs and conventions, rebuilt in NumPy.
+"""The exhibits of chapter 12: positional-encoding bugs and conventions, rebuilt in NumPy.
 
 Each function reproduces, in the shape it was found, a mistake or a convention of a
 published implementation of the sinusoidal table (the chapter cites where). They exist

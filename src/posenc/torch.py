@@ -119,7 +119,7 @@ class SinusoidalPositionalEncoding(_AddedPositionalEncoding):
         by :func:`posenc.sinusoidal` in float64 and rounded once to ``dtype`` (default:
         torch's default dtype). In float32 that is within 2**-25 of the exact values,
         a little closer than ``posenc.sinusoidal(..., dtype=float32)``, which trades
-        up to three more roundings for speed (chapter 10).
+        up to three more roundings for speed (chapter 11).
     dropout : probability, applied after the sum (section 5.4 of the paper).
     batch_first : input layout, ``(batch, length, d_model)`` or ``(length, batch, d_model)``.
     base : the wavelength base, keyword-only.
