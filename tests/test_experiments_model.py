@@ -10,8 +10,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from posenc import sinusoidal  # noqa: E402
-from posenc.alternatives import alibi_bias, rope, t5_relative_position_bucket  # noqa: E402
-from posenc.experiments.model import ENCODINGS, CausalLanguageModel, apply_rope  # noqa: E402
+from posenc.alternatives import alibi_bias, t5_relative_position_bucket  # noqa: E402
+from posenc.experiments.model import ENCODINGS, CausalLanguageModel  # noqa: E402
 
 
 def _model(encoding, **kwargs):
@@ -22,14 +22,6 @@ def _model(encoding, **kwargs):
 
 def _tokens(length, batch=2, seed=0):
     return torch.randint(0, 11, (batch, length), generator=torch.Generator().manual_seed(seed))
-
-
-@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_apply_rope_equals_the_numpy_definition(dtype):
-    x = np.random.default_rng(0).standard_normal((2, 3, 40, 8))
-    expected = rope(x)
-    got = apply_rope(torch.from_numpy(x).to(dtype)).double().numpy()
-    np.testing.assert_allclose(got, expected, atol=1e-12 if dtype == torch.float64 else 1e-5)
 
 
 def test_attention_bias_alibi_is_the_numpy_bias():
@@ -150,43 +142,6 @@ def test_model_refuses_bad_arguments():
 # -- explicit positions (randomized RoPE) ----------------------------------------------
 
 
-@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_apply_rope_at_given_positions_equals_the_numpy_definition(dtype):
-    x = np.random.default_rng(1).standard_normal((2, 3, 8, 8))
-    positions = np.array([7, 0, 3, 4099, 12, 12, 99, 1])  # any order, repeats allowed
-    expected = rope(x, positions)
-    got = apply_rope(torch.from_numpy(x).to(dtype), positions=torch.from_numpy(positions))
-    np.testing.assert_allclose(
-        got.double().numpy(), expected, atol=1e-12 if dtype == torch.float64 else 1e-5
-    )
-    assert not np.allclose(expected, rope(x))  # the positions matter
-
-
-def test_apply_rope_with_a_row_of_positions_per_sequence_shared_by_its_heads():
-    x = np.random.default_rng(2).standard_normal((3, 2, 6, 8))  # (batch, heads, length, d)
-    positions = np.array([[0, 1, 2, 3, 4, 5], [0, 9, 17, 40, 41, 90], [0, 2, 3, 5, 8, 13]])
-    got = apply_rope(torch.from_numpy(x), positions=torch.from_numpy(positions)).numpy()
-    for b in range(3):
-        for h in range(2):
-            np.testing.assert_allclose(got[b, h], rope(x[b, h], positions[b]), atol=1e-12)
-    np.testing.assert_allclose(got, rope(x, positions[:, None, :]), atol=1e-12)
-
-
-def test_apply_rope_refuses_positions_it_would_have_to_guess_how_to_broadcast():
-    # (batch, length) positions whose batch equals the heads of a 3-D x would broadcast
-    # onto the heads: refused.
-    x = torch.zeros(3, 6, 8)
-    with pytest.raises(ValueError, match=r"\(batch, length\) positions need x of shape"):
-        apply_rope(x, positions=torch.zeros(3, 6, dtype=torch.long))
-    # ... and so are positions whose batch is the heads' count, not the batch's.
-    with pytest.raises(ValueError, match=r"with the same batch; got positions \(3, 6\)"):
-        apply_rope(torch.zeros(2, 3, 6, 8), positions=torch.zeros(3, 6, dtype=torch.long))
-    with pytest.raises(ValueError, match=r"positions must have shape .* got \(5,\)"):
-        apply_rope(torch.zeros(2, 3, 6, 8), positions=torch.arange(5))
-    with pytest.raises(ValueError, match=r"positions must have shape .* got \(2, 3, 6\)"):
-        apply_rope(torch.zeros(2, 3, 6, 8), positions=torch.zeros(2, 3, 6, dtype=torch.long))
-
-
 @pytest.mark.parametrize("encoding", [e for e in ENCODINGS if e != "rope"])
 def test_only_rope_models_take_positions(encoding):
     with pytest.raises(ValueError, match=f"with encoding='rope' only, not '{encoding}'"):
@@ -227,14 +182,7 @@ def test_learned_rows_past_the_training_length_get_no_gradient_and_stay_put():
 def test_scaled_rope_frequencies_in_the_model():
     from posenc.long_context import scaled_frequencies
 
-    x = np.random.default_rng(1).standard_normal((2, 3, 20, 8))
     frequencies, scale = scaled_frequencies(8, method="yarn", factor=4.0, original_length=8)
-    got = apply_rope(torch.from_numpy(x), frequencies=frequencies, attention_scale=scale)
-    expected = rope(x, frequencies=frequencies, attention_scale=scale)
-    np.testing.assert_allclose(got.numpy(), expected, atol=1e-12, rtol=0)
-    with pytest.raises(ValueError, match=r"frequencies must have shape \(4,\)"):
-        apply_rope(torch.from_numpy(x), frequencies=frequencies[:3])
-
     model = _model("rope")  # head width 8
     tokens = _tokens(20)
     with torch.no_grad():
@@ -244,7 +192,12 @@ def test_scaled_rope_frequencies_in_the_model():
         model.set_rope_frequencies()
         back = model(tokens)
     assert torch.equal(plain, back) and (plain - slowed).abs().max() > 1e-3
-    assert "rope_scaling" not in "".join(model.state_dict())
+    model.set_rope_frequencies(frequencies, scale)
+    for block in model.blocks:  # the library's one RoPE, with these settings
+        rotary = block.attention.rotary
+        assert rotary.pairing == "interleaved" and rotary.attention_scale == scale
+        np.testing.assert_array_equal(rotary.frequencies, frequencies)
+    assert list(model.state_dict()) == list(_model("rope").state_dict())  # no RoPE state
     with pytest.raises(ValueError, match=r"frequencies must have shape \(4,\)"):
         model.set_rope_frequencies(frequencies[:2])
     with pytest.raises(ValueError, match="attention_scale must be finite and > 0"):

@@ -7,16 +7,16 @@ whose only difference between variants is where position enters:
 - ``"sinusoidal"`` / ``"learned"``: a table added to the scaled token embeddings,
   by :mod:`posenc.torch`'s modules (a learned table has ``max_len`` rows; rows past
   the training length are never updated).
-- ``"rope"``: queries and keys of every layer rotated as :func:`posenc.alternatives.rope`
-  (interleaved pairs).
+- ``"rope"``: queries and keys of every layer rotated by
+  :class:`posenc.torch.RotaryEmbedding` (interleaved pairs), the book's one RoPE.
 - ``"alibi"``: :func:`posenc.alternatives.alibi_bias` added to every layer's scores.
 - ``"t5"``: a learned scalar per (bucket, head), shared by all layers, indexed by
   :func:`posenc.alternatives.t5_relative_position_bucket` (unidirectional, as in a
   decoder).
 
-The position-dependent tables (RoPE angles, ALiBi and T5 bucket indices) come from
-the NumPy functions of :mod:`posenc.alternatives`, so the model uses the tested
-definitions rather than a second copy of them.
+The position-dependent tables (ALiBi and T5 bucket indices) come from the NumPy
+functions of :mod:`posenc.alternatives`, and RoPE from :mod:`posenc.torch`, so the
+model uses the tested definitions rather than a second copy of them.
 """
 
 from __future__ import annotations
@@ -30,67 +30,19 @@ import torch.nn.functional as F
 from torch import nn
 
 from posenc._validation import choice, integer
-from posenc.alternatives import (
-    alibi_bias,
-    causal_mask,
-    rope_frequencies,
-    t5_relative_position_bucket,
+from posenc.alternatives import alibi_bias, causal_mask, t5_relative_position_bucket
+from posenc.torch import (
+    LearnedPositionalEncoding,
+    RotaryEmbedding,
+    SinusoidalPositionalEncoding,
+    check_tokens,
 )
-from posenc.torch import LearnedPositionalEncoding, SinusoidalPositionalEncoding, check_tokens
 
-__all__ = ["ENCODINGS", "CausalLanguageModel", "apply_rope"]
+__all__ = ["ENCODINGS", "CausalLanguageModel"]
 
 ENCODINGS = ("none", "sinusoidal", "learned", "rope", "alibi", "t5")
 T5_BUCKETS = 32
 T5_MAX_DISTANCE = 128
-
-
-def apply_rope(
-    x: torch.Tensor,
-    *,
-    base: float = 10000.0,
-    positions: torch.Tensor | None = None,
-    frequencies=None,
-    attention_scale: float = 1.0,
-) -> torch.Tensor:
-    """Rotate (..., length, d) as ``posenc.alternatives.rope`` (interleaved pairs).
-
-    ``positions`` is None (positions 0 .. length - 1), a (length,) tensor, or a
-    (batch, length) tensor for x of shape (batch, heads, length, d): one row of
-    positions per sequence, shared by its heads. ``frequencies`` (d/2 of them, for
-    instance from :func:`posenc.long_context.scaled_frequencies`) replace
-    base^(-2i/d), and ``attention_scale`` multiplies cos and sin (YaRN). The angles
-    are computed in float64 and rounded once to the dtype of ``x``.
-    """
-    length, d = x.shape[-2], x.shape[-1]
-    if frequencies is None:
-        frequencies = rope_frequencies(d, base=base)
-    frequencies = torch.as_tensor(np.asarray(frequencies, dtype=np.float64))
-    if frequencies.shape != (d // 2,):
-        raise ValueError(
-            f"frequencies must have shape ({d // 2},), one per pair, got {tuple(frequencies.shape)}"
-        )
-    if positions is None:
-        positions = torch.arange(length)
-    positions = torch.as_tensor(positions).to(device="cpu", dtype=torch.float64)
-    if positions.shape[-1] != length or positions.dim() not in (1, 2):
-        raise ValueError(
-            f"positions must have shape (length,) or (batch, length) with length {length}, "
-            f"got {tuple(positions.shape)}"
-        )
-    angles = positions[..., None] * frequencies  # (length, d/2) or (batch, length, d/2)
-    if positions.dim() == 2:
-        if x.dim() != 4 or x.shape[0] != positions.shape[0]:
-            raise ValueError(
-                f"(batch, length) positions need x of shape (batch, heads, length, d) "
-                f"with the same batch; got positions {tuple(positions.shape)}, "
-                f"x {tuple(x.shape)}"
-            )
-        angles = angles[:, None]  # (batch, 1, length, d/2): the same positions per head
-    cos = (attention_scale * torch.cos(angles)).to(dtype=x.dtype, device=x.device)
-    sin = (attention_scale * torch.sin(angles)).to(dtype=x.dtype, device=x.device)
-    x0, x1 = x[..., 0::2], x[..., 1::2]
-    return torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1).flatten(-2)
 
 
 # The position-only parts of the biases depend on the length alone: computed once per
@@ -120,16 +72,18 @@ class _Attention(nn.Module):
         self.n_heads, self.encoding = n_heads, encoding
         self.qkv = nn.Linear(d_model, 3 * d_model)
         self.out = nn.Linear(d_model, d_model)
-        self.rope_scaling = {}  # frequencies= and attention_scale= for apply_rope
+        head = d_model // n_heads
+        # RoPE's frequencies and scale (CausalLanguageModel.set_rope_frequencies swaps
+        # the module); it holds no state, so state_dict is the same either way.
+        self.rotary = RotaryEmbedding(head, pairing="interleaved") if encoding == "rope" else None
         self.keep_weights = False  # set by CausalLanguageModel.attention_weights
         self.weights: torch.Tensor | None = None
 
     def forward(self, x: torch.Tensor, bias: torch.Tensor, positions=None) -> torch.Tensor:
         batch, length, d_model = x.shape
         q, k, v = self.qkv(x).view(batch, length, 3, self.n_heads, -1).permute(2, 0, 3, 1, 4)
-        if self.encoding == "rope":
-            options = {"positions": positions, **self.rope_scaling}
-            q, k = apply_rope(q, **options), apply_rope(k, **options)
+        if self.rotary is not None:
+            q, k = self.rotary(q, positions), self.rotary(k, positions)
         if self.keep_weights:
             # The same attention written out, to keep its weights.
             scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]) + bias
@@ -237,16 +191,13 @@ class CausalLanguageModel(nn.Module):
             )
         if not (math.isfinite(attention_scale) and attention_scale > 0):
             raise ValueError(f"attention_scale must be finite and > 0, got {attention_scale}")
-        options = (
-            {}
-            if frequencies is None and attention_scale == 1.0
-            else {
-                "frequencies": frequencies,
-                "attention_scale": float(attention_scale),
-            }
-        )
         for block in self.blocks:
-            block.attention.rope_scaling = dict(options)
+            block.attention.rotary = RotaryEmbedding(
+                head,
+                pairing="interleaved",
+                frequencies=frequencies,
+                attention_scale=float(attention_scale),
+            )
 
     @torch.no_grad()
     def attention_weights(self, tokens: torch.Tensor, positions=None) -> list[torch.Tensor]:
@@ -275,7 +226,7 @@ class CausalLanguageModel(nn.Module):
         return -torch.special.xlogy(weights, weights).sum(dim=-1)
 
     def forward(self, tokens: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
-        """Logits for ``tokens``; ``positions`` (RoPE only) as in :func:`apply_rope`.
+        """Logits for ``tokens``; ``positions`` (RoPE only) as in :class:`RotaryEmbedding`.
 
         Without ``positions`` the tokens sit at 0 .. length - 1. Explicit positions
         (for instance sorted random ones, as randomized positional encodings train
