@@ -208,3 +208,40 @@ def test_layout_permutation_checks_d_model(d_model):
     with pytest.raises(expected) as error:
         layout_permutation(d_model)
     assert "d_model" in str(error.value)
+
+
+# --- writing into an existing array (out=) ---------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+@pytest.mark.parametrize("layout", ["interleaved", "concat"])
+@pytest.mark.parametrize("d_model", [16, 7])
+def test_out_receives_exactly_the_table_it_would_return(dtype, layout, d_model):
+    options = {"start": 1000, "dtype": dtype, "layout": layout}
+    out = np.full((300, d_model), np.nan, dtype=dtype)
+    result = sinusoidal(300, d_model, out=out, **options)
+    assert result is out
+    np.testing.assert_array_equal(out, sinusoidal(300, d_model, **options))
+
+
+@pytest.mark.parametrize(
+    ("out", "error", "pattern"),
+    [
+        (np.zeros((5, 8)).tolist(), TypeError, "out must be a NumPy array, got list"),
+        (np.zeros((5, 9)), ValueError, r"out must have shape \(5, 8\), got \(5, 9\)"),
+        (np.zeros(40), ValueError, r"out must have shape \(5, 8\), got \(40,\)"),
+        (np.zeros((5, 8), np.float32), TypeError, "out must have dtype float64.*float32"),
+        (np.zeros((8, 5)).T, ValueError, "C-contiguous.*c_contiguous=False"),
+        (np.zeros((5, 16))[:, ::2], ValueError, "c_contiguous=False"),
+    ],
+)
+def test_out_of_the_wrong_kind_is_refused(out, error, pattern):
+    with pytest.raises(error, match=pattern):
+        sinusoidal(5, 8, out=out)
+
+
+def test_a_read_only_out_is_refused():
+    out = np.zeros((5, 8))
+    out.flags.writeable = False
+    with pytest.raises(ValueError, match="writeable=False"):
+        sinusoidal(5, 8, out=out)

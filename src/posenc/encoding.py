@@ -99,6 +99,7 @@ def sinusoidal(
     start=0,
     dtype=np.float64,
     layout="interleaved",
+    out=None,
 ) -> np.ndarray:
     """The sinusoidal position table, shape ``(length, d_model)``.
 
@@ -113,6 +114,31 @@ def sinusoidal(
     within 2.4e-7 of the exact values (four float32 roundings), and a float16 table
     is the float64 one rounded once. Each row depends on its position alone, so
     ``sinusoidal(n, d, start=s)`` equals rows ``s:`` of ``sinusoidal(s + n, d)``.
+
+    ``out``, optional, is an existing C-contiguous, writeable array of shape
+    ``(length, d_model)`` and dtype ``dtype`` to write the table into (and return);
+    anything else raises, naming what was given. Writing into memory already in use
+    skips the cost of fresh pages (chapter 11).
     """
     spec = table_spec(length, d_model, base=base, start=start, dtype=dtype, layout=layout)
-    return fast.table(spec)
+    if out is not None:
+        _check_out(out, spec)
+    return fast.table(spec, out=out)
+
+
+def _check_out(out, spec: TableSpec) -> None:
+    if not isinstance(out, np.ndarray):
+        raise TypeError(f"out must be a NumPy array, got {type(out).__name__}")
+    shape = (spec.length, spec.d_model)
+    if out.shape != shape:
+        raise ValueError(f"out must have shape {shape}, got {out.shape}")
+    if out.dtype != spec.dtype:
+        raise TypeError(
+            f"out must have dtype {spec.dtype} (the dtype argument), got {out.dtype}; "
+            f"pass dtype={out.dtype.name!r} to build a table of that dtype"
+        )
+    if not out.flags.c_contiguous or not out.flags.writeable:
+        raise ValueError(
+            f"out must be C-contiguous and writeable, got "
+            f"c_contiguous={out.flags.c_contiguous}, writeable={out.flags.writeable}"
+        )

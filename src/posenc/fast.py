@@ -152,13 +152,19 @@ def _factors(spec, ctype) -> tuple[np.ndarray, np.ndarray, list[tuple[int, int, 
     return starts, turns, blocks
 
 
-def table(spec) -> np.ndarray:
-    """The table described by a :class:`posenc.encoding.TableSpec`, by angle addition."""
+def table(spec, out: np.ndarray | None = None) -> np.ndarray:
+    """The table described by a :class:`posenc.encoding.TableSpec`, by angle addition,
+    written into ``out`` (checked by the caller) when one is given."""
     length, d_model, dtype = spec.length, spec.d_model, spec.dtype
     if dtype not in _COMPLEX:  # float16, longdouble: the float64 table, rounded once
-        return table(spec._replace(dtype=np.dtype(np.float64))).astype(dtype)
+        wide = table(spec._replace(dtype=np.dtype(np.float64)))
+        if out is None:
+            return wide.astype(dtype)
+        np.copyto(out, wide, casting="same_kind")
+        return out
     ctype = _COMPLEX[dtype]
-    out = np.empty((length, d_model), dtype=dtype)
+    if out is None:
+        out = np.empty((length, d_model), dtype=dtype)
     if length == 0:
         return out
     starts, turns, blocks = _factors(spec, ctype)
