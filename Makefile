@@ -48,10 +48,13 @@ lint: $(STAMP)
 execute: $(STAMP)
 	$(BIN)/python -m tools.execute_notebooks $(NOTEBOOKS)
 
-## bench: time every construction of the table side by side (chapter 11); writes
-## data/benchmark.json. Never part of test: timings are measured, not asserted.
+## bench: time every construction of the table, and every way of applying RoPE, side by
+## side (chapter 11); writes data/benchmark.json and data/rope_benchmark.json. Never
+## part of test: timings are measured, not asserted. Fails if a goal is missed.
 bench: $(STAMP)
-	$(BIN)/python benchmarks/tables.py
+	$(BIN)/python benchmarks/tables.py; tables=$$?; \
+	$(BIN)/python benchmarks/rope.py; rope=$$?; \
+	exit $$((tables | rope))
 
 ## lock: re-resolve requirements.in (and torch's dependencies) into the exact lock
 ## requirements.txt; torch itself stays pinned in requirements-torch.txt

@@ -140,3 +140,12 @@ def test_empty_tables():
     for dtype in (np.float32, np.float64, np.float16):
         table = sinusoidal(0, 5, start=7, dtype=dtype)
         assert table.shape == (0, 5) and table.dtype == dtype
+
+
+@pytest.mark.parametrize("start", [0, 77, 10**6])
+def test_threads_change_nothing_bit_for_bit(monkeypatch, start):
+    monkeypatch.setattr(fast, "THREADED_MIN_PAIRS", 1)  # thread even small tables
+    monkeypatch.setattr(fast, "THREADS", 3)
+    threaded = sinusoidal(1000, 64, start=start, dtype=np.float32)
+    monkeypatch.setattr(fast, "THREADS", 1)
+    assert np.array_equal(threaded, sinusoidal(1000, 64, start=start, dtype=np.float32))

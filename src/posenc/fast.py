@@ -35,10 +35,21 @@ or i (sin 0 = 0, cos 0 = 1), so those rows equal direct evaluation exactly.
 
 from __future__ import annotations
 
+import itertools
+import os
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 
 BLOCK = 128  # rows per block: position p = BLOCK * q + r, with 0 <= r < BLOCK
 SPLIT = 16  # offsets split as r = SPLIT * h + l; block indices as q = SPLIT * g + m
+
+# Large tables split their whole blocks between threads (NumPy releases the GIL inside
+# a multiplication). Each row is the same product whichever thread computes it, so the
+# table is the same bit for bit with any number of threads.
+THREADS = min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1, 8)
+THREADED_MIN_PAIRS = 2**20  # below this many pairs, one thread (a pool costs ~0.1 ms)
+_pool: ThreadPoolExecutor | None = None
 
 _HIGH_OFFSET_DIGITS, _LOW_OFFSET_DIGITS = np.arange(BLOCK // SPLIT), np.arange(SPLIT)
 
@@ -182,13 +193,31 @@ def table(spec, out: np.ndarray | None = None) -> np.ndarray:
         if whole:
             k, row = whole[0][:2]
             inner = rows[row : row + len(whole) * BLOCK].reshape(len(whole), BLOCK, pairs)
-            np.multiply(turns[None, :, :], starts[k : k + len(whole), None, :], out=inner)
+            _whole_blocks(turns, starts[k : k + len(whole)], inner)
         return out
     scratch = np.empty((min(BLOCK, length), pairs), dtype=ctype)
     for k, row, t, n in blocks:
         _product(turns[t : t + n], starts[k], scratch[:n])
         _place(out[row : row + n], scratch[:n], spec.layout)
     return out
+
+
+def _whole_blocks(turns: np.ndarray, starts: np.ndarray, out: np.ndarray) -> None:
+    """``out[j] = turns * starts[j]`` for every block j, on up to THREADS threads."""
+    threads = min(THREADS, len(starts)) if out.size >= THREADED_MIN_PAIRS else 1
+    if threads <= 1:
+        np.multiply(turns[None, :, :], starts[:, None, :], out=out)
+        return
+    global _pool
+    if _pool is None:
+        _pool = ThreadPoolExecutor(max_workers=THREADS, thread_name_prefix="posenc")
+    bounds = np.linspace(0, len(starts), threads + 1).round().astype(int)
+    jobs = [
+        _pool.submit(np.multiply, turns[None], starts[a:b, None], out=out[a:b])
+        for a, b in itertools.pairwise(bounds)
+    ]
+    for job in jobs:
+        job.result()
 
 
 def _place(rows: np.ndarray, w: np.ndarray, layout: str) -> None:
