@@ -48,7 +48,7 @@ SPLIT = 16  # offsets split as r = SPLIT * h + l; block indices as q = SPLIT * g
 # a multiplication). Each row is the same product whichever thread computes it, so the
 # table is the same bit for bit with any number of threads.
 THREADS = min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1, 8)
-THREADED_MIN_PAIRS = 2**20  # below this many pairs, one thread (a pool costs ~0.1 ms)
+THREADED_MIN_ENTRIES = 2**14  # below this many results, one thread (a pool costs ~0.1 ms)
 _pool: ThreadPoolExecutor | None = None
 
 _HIGH_OFFSET_DIGITS, _LOW_OFFSET_DIGITS = np.arange(BLOCK // SPLIT), np.arange(SPLIT)
@@ -70,7 +70,36 @@ def _exact(values: np.ndarray, frequencies: np.ndarray) -> np.ndarray:
     """
     exponent = np.zeros((values.size, frequencies.size), dtype=np.complex128)
     np.multiply(values.astype(np.float64)[:, None], -frequencies[None, :], out=exponent.imag)
-    return np.exp(exponent, out=exponent)
+    _threaded(np.exp, exponent, exponent, out=exponent)
+    return exponent
+
+
+def _pool_threads(size: int, rows: int) -> int:
+    return min(THREADS, rows) if size >= THREADED_MIN_ENTRIES else 1
+
+
+def _threaded(ufunc, a: np.ndarray, b: np.ndarray, *, out: np.ndarray) -> None:
+    """``ufunc(a, b, out=out)`` (or ``ufunc(a, out=out)`` when b is out), its rows split
+    between up to THREADS threads. ``a`` and ``b`` broadcast against ``out``."""
+    threads = _pool_threads(out.size, out.shape[0])
+
+    def part(lo, hi):
+        first = a if a.shape[0] == 1 else a[lo:hi]
+        if b is out:
+            ufunc(first, out=out[lo:hi])
+        else:
+            ufunc(first, b if b.shape[0] == 1 else b[lo:hi], out=out[lo:hi])
+
+    if threads <= 1:
+        part(0, out.shape[0])
+        return
+    global _pool
+    if _pool is None:
+        _pool = ThreadPoolExecutor(max_workers=THREADS, thread_name_prefix="posenc")
+    bounds = np.linspace(0, out.shape[0], threads + 1).round().astype(int)
+    jobs = [_pool.submit(part, lo, hi) for lo, hi in itertools.pairwise(bounds)]
+    for job in jobs:
+        job.result()
 
 
 def _digits(values: np.ndarray, base: int):
@@ -204,20 +233,7 @@ def table(spec, out: np.ndarray | None = None) -> np.ndarray:
 
 def _whole_blocks(turns: np.ndarray, starts: np.ndarray, out: np.ndarray) -> None:
     """``out[j] = turns * starts[j]`` for every block j, on up to THREADS threads."""
-    threads = min(THREADS, len(starts)) if out.size >= THREADED_MIN_PAIRS else 1
-    if threads <= 1:
-        np.multiply(turns[None, :, :], starts[:, None, :], out=out)
-        return
-    global _pool
-    if _pool is None:
-        _pool = ThreadPoolExecutor(max_workers=THREADS, thread_name_prefix="posenc")
-    bounds = np.linspace(0, len(starts), threads + 1).round().astype(int)
-    jobs = [
-        _pool.submit(np.multiply, turns[None], starts[a:b, None], out=out[a:b])
-        for a, b in itertools.pairwise(bounds)
-    ]
-    for job in jobs:
-        job.result()
+    _threaded(np.multiply, turns[None], starts[:, None], out=out)
 
 
 def _place(rows: np.ndarray, w: np.ndarray, layout: str) -> None:
