@@ -144,7 +144,8 @@ def test_empty_tables():
 
 @pytest.mark.parametrize("start", [0, 77, 10**6])
 def test_threads_change_nothing_bit_for_bit(monkeypatch, start):
-    monkeypatch.setattr(fast, "THREADED_MIN_ENTRIES", 1)  # thread even small tables
+    monkeypatch.setattr(fast, "THREADED_MIN_EXP", 1)  # thread even small tables
+    monkeypatch.setattr(fast, "THREADED_MIN_PRODUCTS", 1)
     monkeypatch.setattr(fast, "THREADS", 3)
     threaded = sinusoidal(1000, 64, start=start, dtype=np.float32)
     monkeypatch.setattr(fast, "THREADS", 1)

@@ -48,7 +48,9 @@ SPLIT = 16  # offsets split as r = SPLIT * h + l; block indices as q = SPLIT * g
 # a multiplication). Each row is the same product whichever thread computes it, so the
 # table is the same bit for bit with any number of threads.
 THREADS = min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1, 8)
-THREADED_MIN_ENTRIES = 2**14  # below this many results, one thread (a pool costs ~0.1 ms)
+# Below these many results, one thread: handing work to the pool costs about 0.1 ms.
+THREADED_MIN_EXP = 2**14  # complex exponentials (each about 15 ns)
+THREADED_MIN_PRODUCTS = 2**18  # complex products (each about 1 ns)
 _pool: ThreadPoolExecutor | None = None
 
 _HIGH_OFFSET_DIGITS, _LOW_OFFSET_DIGITS = np.arange(BLOCK // SPLIT), np.arange(SPLIT)
@@ -70,18 +72,15 @@ def _exact(values: np.ndarray, frequencies: np.ndarray) -> np.ndarray:
     """
     exponent = np.zeros((values.size, frequencies.size), dtype=np.complex128)
     np.multiply(values.astype(np.float64)[:, None], -frequencies[None, :], out=exponent.imag)
-    _threaded(np.exp, exponent, exponent, out=exponent)
+    _threaded(np.exp, exponent, exponent, out=exponent, min_entries=THREADED_MIN_EXP)
     return exponent
 
 
-def _pool_threads(size: int, rows: int) -> int:
-    return min(THREADS, rows) if size >= THREADED_MIN_ENTRIES else 1
-
-
-def _threaded(ufunc, a: np.ndarray, b: np.ndarray, *, out: np.ndarray) -> None:
+def _threaded(ufunc, a: np.ndarray, b: np.ndarray, *, out: np.ndarray, min_entries: int):
     """``ufunc(a, b, out=out)`` (or ``ufunc(a, out=out)`` when b is out), its rows split
-    between up to THREADS threads. ``a`` and ``b`` broadcast against ``out``."""
-    threads = _pool_threads(out.size, out.shape[0])
+    between up to THREADS threads when out has at least ``min_entries`` entries.
+    ``a`` and ``b`` broadcast against ``out``."""
+    threads = min(THREADS, out.shape[0]) if out.size >= min_entries else 1
 
     def part(lo, hi):
         first = a if a.shape[0] == 1 else a[lo:hi]
@@ -233,7 +232,7 @@ def table(spec, out: np.ndarray | None = None) -> np.ndarray:
 
 def _whole_blocks(turns: np.ndarray, starts: np.ndarray, out: np.ndarray) -> None:
     """``out[j] = turns * starts[j]`` for every block j, on up to THREADS threads."""
-    _threaded(np.multiply, turns[None], starts[:, None], out=out)
+    _threaded(np.multiply, turns[None], starts[:, None], out=out, min_entries=THREADED_MIN_PRODUCTS)
 
 
 def _place(rows: np.ndarray, w: np.ndarray, layout: str) -> None:
