@@ -537,11 +537,17 @@ def format_report(results: dict) -> str:
         )
         for r in results["far"]:
             lines.append(f"  {r['dtype']:<8} {r['method']:<14} {r['max_abs_error']:.1e}")
-    lines.append("\ngoals")
-    for g in results["goals"]:
-        mark = "met" if g["met"] else "NOT MET"
-        lines.append(f"  {g['goal']:<48} {g['value']:.3g} (target {g['target']:g}) {mark}")
+    lines += format_goals(results["goals"], width=48)
     return "\n".join(lines)
+
+
+def format_goals(goals: list[dict], *, width: int) -> list[str]:
+    """The lines that print the goals: each with its value, target and whether met."""
+    lines = ["\ngoals"]
+    for g in goals:
+        mark = "met" if g["met"] else "NOT MET"
+        lines.append(f"  {g['goal']:<{width}} {g['value']:.3g} (target {g['target']:g}) {mark}")
+    return lines
 
 
 def _find(runs, name, dtype, length, d_model):

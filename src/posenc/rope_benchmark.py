@@ -289,10 +289,7 @@ def format_report(results: dict) -> str:
     lines.append("\nmax abs error against the float64 rotation")
     for e in results["errors"]:
         lines.append(f"  {e['method']:<20} from {e['start']:>7}: {e['max_abs_error']:.1e}")
-    lines.append("\ngoals")
-    for g in results["goals"]:
-        mark = "met" if g["met"] else "NOT MET"
-        lines.append(f"  {g['goal']:<56} {g['value']:.3g} (target {g['target']:g}) {mark}")
+    lines += benchmark.format_goals(results["goals"], width=56)
     return "\n".join(lines)
 
 
