@@ -123,9 +123,9 @@ def test_sines_are_computed_for_the_digits_only(monkeypatch):
     counted = []
     exact = fast._exact
 
-    def counting(values, frequencies):
+    def counting(values, frequencies, out=None):
         counted.append(values.size)
-        return exact(values, frequencies)
+        return exact(values, frequencies, out=out)
 
     monkeypatch.setattr(fast, "_exact", counting)
     sinusoidal(8 * GROUP, 64, start=3)  # 16,384 rows
@@ -150,3 +150,24 @@ def test_threads_change_nothing_bit_for_bit(monkeypatch, start):
     threaded = sinusoidal(1000, 64, start=start, dtype=np.float32)
     monkeypatch.setattr(fast, "THREADS", 1)
     assert np.array_equal(threaded, sinusoidal(1000, 64, start=start, dtype=np.float32))
+
+
+@pytest.mark.parametrize("out", [False, True])
+def test_the_only_large_temporary_is_the_block_starts(out):
+    # The exact values and the turns live in the table's own memory, products are made
+    # a few rows at a time and ufunc buffers are kept small: beyond the output, the
+    # peak is the block starts (one complex64 row per block) and pieces below 128 KiB.
+    import tracemalloc
+
+    length, d_model = 8192, 1024
+    buffer = np.empty((length, d_model), dtype=np.float32) if out else None
+    sinusoidal(length, d_model, dtype=np.float32, out=buffer)  # threads started
+    starts_bytes = -(-length // BLOCK) * (d_model // 2) * np.dtype(np.complex64).itemsize
+    tracemalloc.start()
+    try:
+        table = sinusoidal(length, d_model, dtype=np.float32, out=buffer)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    extra = peak - (0 if out else table.nbytes)
+    assert extra <= starts_bytes + 2 * fast._TEMPORARY_BYTES + 64 * 1024, extra

@@ -35,6 +35,7 @@ or i (sin 0 = 0, cos 0 = 1), so those rows equal direct evaluation exactly.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 from concurrent.futures import ThreadPoolExecutor
@@ -53,6 +54,24 @@ THREADED_MIN_EXP = 2**14  # complex exponentials (each about 15 ns)
 THREADED_MIN_PRODUCTS = 2**18  # complex products (each about 1 ns)
 _pool: ThreadPoolExecutor | None = None
 
+# Temporaries are kept below glibc's starting mmap threshold (128 KiB), so that their
+# memory is reused from call to call instead of being mapped fresh each time. That
+# includes the buffer NumPy's ufuncs fill when an operand is broadcast (8192 elements by
+# default: 128 KiB of complex128).
+_TEMPORARY_BYTES = 64 * 1024
+_UFUNC_BUFFER = _TEMPORARY_BYTES // np.dtype(np.complex128).itemsize
+
+
+@contextlib.contextmanager
+def _small_ufunc_buffers():
+    """Ufuncs in this thread use buffers of _UFUNC_BUFFER elements inside the block."""
+    previous = np.setbufsize(_UFUNC_BUFFER)
+    try:
+        yield
+    finally:
+        np.setbufsize(previous)
+
+
 _HIGH_OFFSET_DIGITS, _LOW_OFFSET_DIGITS = np.arange(BLOCK // SPLIT), np.arange(SPLIT)
 
 # dtype of the table -> the complex dtype its interleaved rows can be viewed as
@@ -62,18 +81,21 @@ _COMPLEX = {
 }
 
 
-def _exact(values: np.ndarray, frequencies: np.ndarray) -> np.ndarray:
+def _exact(values: np.ndarray, frequencies: np.ndarray, out: np.ndarray | None = None):
     """The turn ``cos(x) - i*sin(x)`` for every angle x = value * frequency, in float64.
 
     ``np.exp`` of an imaginary number computes the cosine and the sine of one angle
     together, bit for bit what ``np.cos`` and ``np.sin`` give, and faster than the two.
     Values are integers below 2**53, exact in float64, so each angle is one correctly
-    rounded product, as in direct evaluation.
+    rounded product, as in direct evaluation. ``out``, optional, is a complex128 array
+    of shape (values.size, frequencies.size) to hold the result.
     """
-    exponent = np.zeros((values.size, frequencies.size), dtype=np.complex128)
-    np.multiply(values.astype(np.float64)[:, None], -frequencies[None, :], out=exponent.imag)
-    _threaded(np.exp, exponent, exponent, out=exponent, min_entries=THREADED_MIN_EXP)
-    return exponent
+    if out is None:
+        out = np.empty((values.size, frequencies.size), dtype=np.complex128)
+    out.real = 0.0
+    np.multiply(values.astype(np.float64)[:, None], -frequencies[None, :], out=out.imag)
+    _threaded(np.exp, out, out, out=out, min_entries=THREADED_MIN_EXP)
+    return out
 
 
 def _threaded(ufunc, a: np.ndarray, b: np.ndarray, *, out: np.ndarray, min_entries: int):
@@ -130,6 +152,10 @@ def _run_digits(first: int, last: int, base: int):
 def _product(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
     """``out = a * b`` for complex rows: ``a`` and ``b`` are each (n, P) or one row (P,).
 
+    The product is computed in the inputs' precision and rounded once to out's dtype
+    (complex128 factors into a complex64 table), a few rows at a time, so that no
+    temporary reaches glibc's mmap threshold (each would cost new pages every call; a
+    ufunc asked to cast allocates a 128 KiB buffer of its own, hence no ``casting=``).
     NumPy multiplies complex numbers with one code path for every shape here but one:
     (1, 1) by (1,) takes another, which can round differently. With one pair per row
     both sides are made plain vectors, so a row never depends on the table. The order
@@ -137,19 +163,47 @@ def _product(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
     """
     if out.shape[1] == 1:
         a, b = (np.broadcast_to(x, out.shape)[:, 0].copy() for x in (a, b))
-        np.multiply(a, b, out=out[:, 0])
-    else:
+        out[:, 0] = a * b
+        return
+    wide = np.result_type(a, b)
+    if wide == out.dtype:
         np.multiply(a, b, out=out)
+        return
+    step = max(1, _TEMPORARY_BYTES // (out.shape[1] * wide.itemsize))
+    for lo in range(0, out.shape[0], step):
+        out[lo : lo + step] = (a if a.ndim == 1 else a[lo : lo + step]) * (
+            b if b.ndim == 1 else b[lo : lo + step]
+        )
 
 
-def _factors(spec, ctype) -> tuple[np.ndarray, np.ndarray, list[tuple[int, int, int, int]]]:
-    """The two factors of every row, rounded to ``ctype``, and the blocks of the table.
+def _blocks(spec) -> list[tuple[int, int, int, int]]:
+    """The blocks of the table as ``(k, row, t, n)``: n rows from table row ``row`` are
+    ``turns[t : t + n]`` times ``starts[k]`` (see :func:`_factors`)."""
+    first, last = spec.start, spec.start + spec.length
+    every_offset = spec.length >= BLOCK
+    blocks, row = [], 0
+    for k, q in enumerate(range(first // BLOCK, (last - 1) // BLOCK + 1)):
+        r_from, r_to = max(first - q * BLOCK, 0), min(last - q * BLOCK, BLOCK)
+        blocks.append((k, row, r_from if every_offset else row, r_to - r_from))
+        row += r_to - r_from
+    return blocks
 
-    Returns ``starts`` (the pair at each block start the table touches), ``turns`` (the
-    turn by each offset it needs: all BLOCK of them, or a short table's own) and the
-    blocks as ``(k, row, t, n)``: n rows from table row ``row`` are ``turns[t : t + n]``
-    times ``starts[k]``.
+
+def _factors(spec, ctype, *, turns_out=None, scratch=None) -> tuple[np.ndarray, np.ndarray]:
+    """The two factors of every row, rounded to ``ctype``.
+
+    Returns ``starts`` (the pair at each block start the table touches) and ``turns``
+    (the turn by each offset it needs: all BLOCK of them, or a short table's own).
+    ``turns_out``, optional, is where to write the BLOCK turns of a table of BLOCK rows
+    or more; ``scratch``, optional, a 1-D complex128 array that the exact values may use
+    while the factors are made. Both let the table's own memory, which is written
+    anyway, hold what would otherwise be new temporaries.
     """
+    with _small_ufunc_buffers():
+        return _make_factors(spec, ctype, turns_out, scratch)
+
+
+def _make_factors(spec, ctype, turns_out, scratch) -> tuple[np.ndarray, np.ndarray]:
     first, last = spec.start, spec.start + spec.length
     q_first, q_last = first // BLOCK, (last - 1) // BLOCK
     every_offset = spec.length >= BLOCK
@@ -165,30 +219,31 @@ def _factors(spec, ctype) -> tuple[np.ndarray, np.ndarray, list[tuple[int, int, 
     gs, ms, g_at, m_at = _run_digits(q_first, q_last, SPLIT)
     values = np.concatenate([SPLIT * hs, ls, BLOCK * SPLIT * gs, BLOCK * ms])
     frequencies = spec.frequencies
-    exact = _exact(values, frequencies)
+    pairs = frequencies.size
+    held = None
+    if scratch is not None and scratch.size >= values.size * pairs:
+        held = scratch[: values.size * pairs].reshape(values.size, pairs)
+    exact = _exact(values, frequencies, out=held)
     h_turns, l_turns = exact[: hs.size], exact[hs.size : hs.size + ls.size]
     g_turns, m_turns = exact[hs.size + ls.size : -ms.size], exact[-ms.size :]
     g_pairs = np.empty_like(g_turns)  # pair = sin + i*cos = i * turn: an exact swap
     np.negative(g_turns.imag, out=g_pairs.real)
     g_pairs.imag = g_turns.real
-    # Products of gathered (contiguous) factors in complex128, each rounded once to
-    # ctype: the digits, and so every factor, depend on the position alone.
-    starts = (g_pairs[g_at] * m_turns[m_at]).astype(ctype)
-    if every_offset:  # SPLIT rows at a time: no temporary larger than SPLIT rows
-        turns = np.empty((BLOCK, frequencies.size), dtype=ctype)
-        product = np.empty((SPLIT, frequencies.size), dtype=np.complex128)
+    # Products in complex128, each rounded once to ctype: the digits, and so every
+    # factor, depend on the position alone. Block indices with the same high digit g
+    # are a run, whose low digits m are a run too.
+    starts = np.empty((q_last - q_first + 1, pairs), dtype=ctype)
+    for lo, hi in itertools.pairwise(np.flatnonzero(np.diff(g_at, prepend=-1, append=-1))):
+        m = int(m_at[lo])
+        _product(g_pairs[g_at[lo]], m_turns[m : m + hi - lo], starts[lo:hi])
+    if every_offset:  # SPLIT rows at a time, straight into the turns
+        turns = np.empty((BLOCK, pairs), dtype=ctype) if turns_out is None else turns_out
         for h, h_turn in enumerate(h_turns):
-            _product(h_turn, l_turns, product)
-            turns[h * SPLIT : (h + 1) * SPLIT] = product
+            _product(h_turn, l_turns, turns[h * SPLIT : (h + 1) * SPLIT])
     else:
-        turns = (h_turns[h_at] * l_turns[l_at]).astype(ctype)
-
-    blocks, row = [], 0
-    for k, q in enumerate(range(q_first, q_last + 1)):
-        r_from, r_to = max(first - q * BLOCK, 0), min(last - q * BLOCK, BLOCK)
-        blocks.append((k, row, r_from if every_offset else row, r_to - r_from))
-        row += r_to - r_from
-    return starts, turns, blocks
+        turns = np.empty((spec.length, pairs), dtype=ctype)
+        _product(h_turns[h_at], l_turns[l_at], turns)
+    return starts, turns
 
 
 def table(spec, out: np.ndarray | None = None) -> np.ndarray:
@@ -206,8 +261,8 @@ def table(spec, out: np.ndarray | None = None) -> np.ndarray:
         out = np.empty((length, d_model), dtype=dtype)
     if length == 0:
         return out
-    starts, turns, blocks = _factors(spec, ctype)
-    pairs = turns.shape[1]
+    blocks = _blocks(spec)
+    pairs = (d_model + 1) // 2
 
     if spec.layout == "interleaved" and d_model % 2 == 0 and pairs > 1:
         # The table viewed as complex numbers, one per pair, sin + i*cos: the products
@@ -215,14 +270,27 @@ def table(spec, out: np.ndarray | None = None) -> np.ndarray:
         # which reuses the block of offsets (in cache) for every block start.
         rows = out.view(ctype)
         whole = [block for block in blocks if block[3] == BLOCK]
+        turns_out = scratch = None
+        if whole:
+            # The turns are kept in the last whole block, made last, in place; the
+            # exact values in the whole blocks before it, overwritten once used. New
+            # temporaries would cost fresh pages of their own.
+            k_last, row_last = whole[-1][:2]
+            turns_out = rows[row_last : row_last + BLOCK]
+            scratch = rows[whole[0][1] : row_last].reshape(-1).view(np.complex128)
+        starts, turns = _factors(spec, ctype, turns_out=turns_out, scratch=scratch)
         for k, row, t, n in blocks:
             if n < BLOCK:
                 _product(turns[t : t + n], starts[k], rows[row : row + n])
-        if whole:
+        if len(whole) > 1:
             k, row = whole[0][:2]
-            inner = rows[row : row + len(whole) * BLOCK].reshape(len(whole), BLOCK, pairs)
-            _whole_blocks(turns, starts[k : k + len(whole)], inner)
+            inner = rows[row:row_last].reshape(len(whole) - 1, BLOCK, pairs)
+            _whole_blocks(turns, starts[k:k_last], inner)
+        if whole:
+            last = starts[k_last][None]
+            _threaded(np.multiply, turns, last, out=turns, min_entries=THREADED_MIN_PRODUCTS)
         return out
+    starts, turns = _factors(spec, ctype)
     scratch = np.empty((min(BLOCK, length), pairs), dtype=ctype)
     for k, row, t, n in blocks:
         _product(turns[t : t + n], starts[k], scratch[:n])
