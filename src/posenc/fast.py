@@ -134,19 +134,14 @@ def _digits(values: np.ndarray, base: int):
 
 
 def _run_digits(first: int, last: int, base: int):
-    """:func:`_digits` of the run ``first, first + 1, ..., last``, without searching it."""
+    """The runs of high digits ``v // base`` and low digits ``v % base`` that occur in
+    ``first, first + 1, ..., last``, without searching it."""
     high_first, high_last = first // base, last // base
     if high_first == high_last:
         low_first, low_last = first % base, last % base
     else:
         low_first, low_last = 0, base - 1
-    values = np.arange(first, last + 1)
-    return (
-        np.arange(high_first, high_last + 1),
-        np.arange(low_first, low_last + 1),
-        values // base - high_first,
-        values % base - low_first,
-    )
+    return np.arange(high_first, high_last + 1), np.arange(low_first, low_last + 1)
 
 
 def _product(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
@@ -216,7 +211,7 @@ def _make_factors(spec, ctype, turns_out, scratch) -> tuple[np.ndarray, np.ndarr
         hs, ls = _HIGH_OFFSET_DIGITS, _LOW_OFFSET_DIGITS
     else:
         hs, ls, h_at, l_at = _digits(np.arange(first, last) % BLOCK, SPLIT)
-    gs, ms, g_at, m_at = _run_digits(q_first, q_last, SPLIT)
+    gs, ms = _run_digits(q_first, q_last, SPLIT)
     values = np.concatenate([SPLIT * hs, ls, BLOCK * SPLIT * gs, BLOCK * ms])
     frequencies = spec.frequencies
     pairs = frequencies.size
@@ -233,13 +228,20 @@ def _make_factors(spec, ctype, turns_out, scratch) -> tuple[np.ndarray, np.ndarr
     # factor, depend on the position alone. Block indices with the same high digit g
     # are a run, whose low digits m are a run too.
     starts = np.empty((q_last - q_first + 1, pairs), dtype=ctype)
-    for lo, hi in itertools.pairwise(np.flatnonzero(np.diff(g_at, prepend=-1, append=-1))):
-        m = int(m_at[lo])
-        _product(g_pairs[g_at[lo]], m_turns[m : m + hi - lo], starts[lo:hi])
-    if every_offset:  # SPLIT rows at a time, straight into the turns
+    for g, m_first in enumerate(range(q_first - q_first % SPLIT, q_last + 1, SPLIT)):
+        lo, hi = max(m_first, q_first), min(m_first + SPLIT, q_last + 1)
+        m = lo - m_first - int(ms[0])
+        _product(g_pairs[g], m_turns[m : m + hi - lo], starts[lo - q_first : hi - q_first])
+    if every_offset:  # as many digits h at a time as keep the temporary small
         turns = np.empty((BLOCK, pairs), dtype=ctype) if turns_out is None else turns_out
-        for h, h_turn in enumerate(h_turns):
-            _product(h_turn, l_turns, turns[h * SPLIT : (h + 1) * SPLIT])
+        by_h = turns.reshape(hs.size, SPLIT, pairs)
+        step = _TEMPORARY_BYTES // (SPLIT * pairs * exact.itemsize)
+        if pairs > 1 and step >= 2:
+            for h in range(0, hs.size, step):
+                by_h[h : h + step] = h_turns[h : h + step, None] * l_turns[None]
+        else:
+            for h, h_turn in enumerate(h_turns):
+                _product(h_turn, l_turns, by_h[h])
     else:
         turns = np.empty((spec.length, pairs), dtype=ctype)
         _product(h_turns[h_at], l_turns[l_at], turns)
