@@ -450,3 +450,23 @@ def test_rope_score_is_chapter_6_look_ahead_head_for_the_offset(m, n):
     angles = -m * rope_frequencies(d)  # the sinusoid's frequencies
     pe_back = np.ravel(np.column_stack([np.sin(angles), np.cos(angles)]))  # PE(-m)
     np.testing.assert_allclose(rope(sinusoidal(1, d), [m])[0], pe_back, atol=1e-12)
+
+
+def test_rope_refuses_batch_positions_that_would_land_on_the_heads_axis():
+    # (batch, seq) positions for x of shape (batch, heads, seq, d): NumPy would align
+    # them with (heads, seq), silently wrong when batch == heads.
+    x = _random((2, 2, 5, 8), seed=4)
+    positions = np.array([[0, 1, 2, 3, 4], [7, 8, 9, 10, 11]])
+    with pytest.raises(ValueError, match=r"ambiguous.*positions\[:, None, :\]"):
+        rope(x, positions)
+    per_sequence = rope(x, positions[:, None, :])
+    for b in range(2):
+        np.testing.assert_allclose(per_sequence[b], rope(x[b], positions[b]), rtol=0, atol=1e-14)
+
+
+def test_numpy_functions_refuse_torch_tensors_and_point_at_posenc_torch():
+    torch = pytest.importorskip("torch")
+    x = torch.zeros((4, 8), requires_grad=True)
+    for call in (lambda: rope(x), lambda: rope(np.zeros((4, 8)), torch.arange(4))):
+        with pytest.raises(TypeError, match=r"is a torch tensor.*posenc\.torch"):
+            call()

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from posenc import implementations, museum, sinusoidal
 from posenc.checks import check_sinusoidal_table as check
+from posenc.encoding import frequencies
 
 DTYPES = [np.float16, np.float32, np.float64]
 
@@ -115,10 +116,8 @@ def test_odd_d_model_truncated():
 
 @pytest.mark.parametrize("layout", ["interleaved", "concat"])
 def test_odd_d_model_zero_padded(layout):
-    table = sinusoidal(100, 65, layout=layout)
-    lone = 64 if layout == "interleaved" else 32
-    padded = np.delete(table, lone, axis=1)
-    padded = np.hstack([padded, np.zeros((100, 1))])
+    # the table of width 64 with a zero column added (fairseq, diffusers)
+    padded = np.hstack([sinusoidal(100, 64, layout=layout), np.zeros((100, 1))])
     if layout == "concat":  # fairseq's odd table: [sin | cos | 0]
         only(check(museum.fairseq_table(100, 65), layout="concat"), "num_timescales", "zeros")
     only(check(padded, layout=layout), "last column is all zeros")
@@ -190,7 +189,7 @@ def test_sin_and_cos_swapped():
 
 
 @pytest.mark.parametrize(
-    ("base", "phrase"), [(1000.0, "base = 1000, not 10000"), (10e4, "10e4 is 100000")]
+    ("base", "phrase"), [(1000.0, "base = 1000, not 10000"), (10e4, "10e4, which is 100000")]
 )
 def test_wrong_base(base, phrase):
     only(check(sinusoidal(100, 64, base=base)), phrase)
@@ -280,3 +279,138 @@ def test_a_shift_read_through_float16_noise():
     for start in range(1000, 20000, 1499):
         table = sinusoidal(100, 64, start=start, dtype=np.float16)
         only(check(table), f"start at position {start}, not 0")
+
+
+# ---- declared conventions: tables as real libraries build them ---------------------
+
+
+def test_tables_of_real_libraries_pass_when_their_conventions_are_declared():
+    t2t = {"layout": "concat", "spacing": "tensor2tensor"}
+    m2m100 = museum.fairseq_table(1026, 1024, padding_idx=1, dtype=np.float32)
+    assert check(m2m100, **t2t, padding_idx=1) == []
+    assert check(museum.fairseq_table(100, 65, padding_idx=1), **t2t, padding_idx=1) == []
+    assert check(museum.whisper_table(1500, 384), **t2t) == []
+    assert check(museum.marian_table(512, 512), layout="concat") == []
+    assert check(museum.marian_table(64, 33), layout="concat") == []
+    steps = np.arange(1000)
+    flipped = museum.timestep_embedding(steps, 320, flip_sin_to_cos=True)
+    assert check(flipped, **t2t, first="cos") == []
+    scaled = museum.timestep_embedding(np.arange(50), 64, scale=1000, downscale_freq_shift=0)
+    assert check(scaled, layout="concat", positions=1000.0 * np.arange(50)) == []
+    wide = museum.timestep_embedding(steps[:100], 64, downscale_freq_shift=0, max_period=1e5)
+    assert check(wide, layout="concat", base=1e5) == []
+
+
+def test_undeclared_conventions_are_named_in_the_declarations_terms():
+    flipped = museum.timestep_embedding(np.arange(1000), 320, flip_sin_to_cos=True)
+    only(check(flipped), "layout='concat'", "first='cos'", "spacing='tensor2tensor'")
+    m2m100 = museum.fairseq_table(200, 64, padding_idx=1, dtype=np.float32)
+    only(
+        check(m2m100, layout="concat"),
+        "row 1 is all zeros: looks like a padding row of an embedding (declare it with padding_idx",
+        "spacing='tensor2tensor'",
+    )
+    only(
+        check(museum.marian_table(100, 64), layout="concat", spacing="tensor2tensor"),
+        "spacing='paper'",
+    )
+
+
+def test_a_declared_padding_row_must_be_zero():
+    table = sinusoidal(10, 8)
+    only(check(table, padding_idx=3), "row 3 (padding_idx) is not all zeros")
+    table[3] = 0
+    assert check(table, padding_idx=3) == []
+
+
+def test_scaled_and_fractional_positions_are_named_and_can_be_declared():
+    diffusers = museum.timestep_embedding(np.arange(50), 64, scale=1000, downscale_freq_shift=0)
+    only(check(diffusers, layout="concat"), "1000 times the declared ones")
+    grid = 0.25 * np.arange(200)
+    angles = grid[:, None] * frequencies(64)[None, :]  # position interpolation by 4
+    table = np.empty((200, 64))
+    table[:, 0::2], table[:, 1::2] = np.sin(angles), np.cos(angles)
+    only(check(table), "0.25 times the declared ones")
+    assert check(table, positions=grid) == []
+
+
+def test_another_base_is_named_without_presuming_a_typo():
+    finding = check(
+        museum.timestep_embedding(np.arange(100), 64, downscale_freq_shift=0, max_period=1e5),
+        layout="concat",
+    )
+    only(finding, "declare base=100000 if the model uses it")
+
+
+def test_a_zero_padded_odd_width_is_its_own_explanation_not_a_wrong_base():
+    odd = museum.timestep_embedding(np.arange(100), 65, downscale_freq_shift=0)
+    only(check(odd, layout="concat"), "the table of width 64 with a zero column added")
+
+
+# ---- storage rounding, angle arithmetic and the rest, told apart -------------------
+
+
+@pytest.mark.parametrize("name", ["bfloat16", "float16"])
+def test_a_table_stored_in_a_narrow_format_is_named_as_storage(name):
+    correct = sinusoidal(100, 64, dtype=np.float32)
+    stored = (
+        museum.round_to_bfloat16(correct)
+        if name == "bfloat16"
+        else correct.astype(np.float16).astype(np.float32)
+    )
+    only(check(stored), f"the table was stored in {name}")
+    assert check(stored, stored_dtype=name) == []
+    assert all("angles computed" not in f for f in check(stored))
+
+
+def test_a_float64_table_stored_in_float32_is_named_as_storage():
+    stored = sinusoidal(50, 32, dtype=np.float32).astype(np.float64)
+    only(check(stored), "stored in float32")
+    assert check(stored, stored_dtype=np.float32) == []
+
+
+def test_noise_is_an_unexplained_deviation_not_a_precision():
+    rng = np.random.default_rng(0)
+    noisy = sinusoidal(100, 64) + rng.uniform(-1e-3, 1e-3, (100, 64))
+    only(check(noisy), "does not grow with the angle, and no known bug explains it")
+
+
+def test_angle_arithmetic_is_named_only_when_the_error_grows():
+    findings = check(museum.low_precision_angles(100, 64, precision="float16"))
+    only(findings, "errors grow with the angle (fitted")
+
+
+# ---- torch tensors as they come ------------------------------------------------------
+
+
+def test_torch_tensors_are_checked_as_they_come():
+    torch = pytest.importorskip("torch")
+    table = sinusoidal(100, 64, dtype=np.float32)
+    tensor = torch.tensor(table, requires_grad=True)
+    assert check(tensor) == []
+    assert check(tensor[:, [*range(1, 64, 2), *range(0, 64, 2)]].detach()) != []
+    assert check(torch.tensor(table).to(torch.bfloat16)) == []  # bfloat16's own rounding
+    assert check(torch.tensor(table).half()) == []
+    assert check(torch.tensor(table).bfloat16().float()) != []  # stored in bfloat16
+    assert check(torch.tensor(table).bfloat16().float(), stored_dtype="bfloat16") == []
+    with pytest.raises(TypeError, match="floating-point tensor"):
+        check(torch.zeros((3, 4), dtype=torch.int64))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"positions": np.zeros((3, 1))}, ValueError, "positions must be 1-D"),
+        ({"positions": np.arange(4.0)}, ValueError, r"one entry per row \(3\), got 4"),
+        ({"positions": np.arange(3.0), "start": 2}, ValueError, "start or positions"),
+        ({"positions": [0.0, np.inf, 1.0]}, ValueError, "finite"),
+        ({"spacing": "fairseq"}, ValueError, "spacing"),
+        ({"first": "cosine"}, ValueError, "first"),
+        ({"stored_dtype": "float8"}, ValueError, "stored_dtype"),
+        ({"padding_idx": 3}, ValueError, r"padding_idx must be a row of the table, in \[0, 2\]"),
+        ({"padding_idx": -1}, ValueError, "padding_idx"),
+    ],
+)
+def test_bad_declarations_raise_and_name_the_argument(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        check(sinusoidal(3, 4), **kwargs)

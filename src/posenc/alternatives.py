@@ -66,6 +66,16 @@ def _positions(positions, shape: tuple[int, ...]) -> np.ndarray:
     if positions is None:
         return np.arange(length, dtype=np.int64)
     array = integer_array("positions", positions, bound=MAX_POSITION)
+    if 1 < array.ndim < len(shape) - 1:
+        # (batch, seq) against x of shape (batch, heads, seq, d) would broadcast along
+        # the heads axis, silently wrong when batch == heads: refused, never guessed.
+        raise ValueError(
+            f"positions of shape {array.shape} for x of shape {shape} is ambiguous: NumPy "
+            f"would align it with the axes just before the last, {shape[-array.ndim - 1 : -1]}, "
+            f"not with the leading ones. For positions per sequence of x shaped (batch, "
+            f"heads, seq, d), pass positions[:, None, :], of shape (batch, 1, seq), as "
+            f"model code does; posenc.torch.RotaryEmbedding takes (batch, seq) directly"
+        )
     if array.ndim < 1 or array.shape[-1] != length or not broadcasts_into(array.shape, shape[:-1]):
         raise ValueError(
             f"positions must have shape (..., length) broadcasting to {shape[:-1]} "

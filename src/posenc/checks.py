@@ -14,11 +14,20 @@ which that explanation departs from what was asked for. The space has five axes:
   the position axis), negated, or their absolute values;
 - for an odd width, the lone last column: the sine of one more pair or zeros.
 
-The explanation with the fewest departures wins. If none matches within the tolerance,
-the search is repeated with the error that angles computed in float32, float16 or
-bfloat16 arithmetic would add, and the first precision that explains the table is
-named. Tables that are not made of sine-cosine pairs at all, zero
-rows, scaled tables and non-finite values get findings of their own.
+Departures are counted from what the caller declares: the layout, the spacing of the
+frequencies (the paper's or tensor2tensor's), which of sine and cosine comes first in a
+pair, the positions (a start, or any positions, fractional ones included), a padding row
+and the precision the table was stored in. A table that matches its declaration gives no
+finding; otherwise the explanation with the fewest departures wins, and each departure is
+named in the declaration's own terms.
+
+If nothing matches within the tolerance, two kinds of rounding are told apart. Storage:
+every value lies on the grid of a coarser format (float32, float16, bfloat16) and the
+table is within that format's rounding of the formula. Arithmetic: with the error that
+angles computed in a narrow format would add, an explanation matches, and the error is
+seen to grow with the angle (fitted, not assumed). Anything else is reported as an
+unexplained deviation, with its size. Tables that are not made of sine-cosine pairs at
+all, zero rows, scaled tables and non-finite values get findings of their own.
 """
 
 from __future__ import annotations
@@ -50,9 +59,19 @@ MIN_DISCRIMINATING = 0.25
 # Unit roundoff of the formats whose arithmetic the precision finding can name, finest first.
 PRECISIONS = {"float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}
 
+# Machine epsilon of the dtypes a table may come in (bfloat16 from torch).
+_EPS = {"float64": 2.0**-52, "float32": 2.0**-23, "float16": 2.0**-10, "bfloat16": 2.0**-7}
+# Unit roundoff of the formats a table may be declared (or found) to have been stored in.
+STORAGE = {"float64": 2.0**-53, "float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}
+# An error that grows with the angle: over the angles compared, the largest errors of the
+# top eighth of angles are at least this many times those of the bottom eighth.
+GROWTH = 4.0
+
 FREQUENCY_MODELS = ("paper", "double", "half", "tensor2tensor", "wider", "fitted")
-POSITION_MODELS = ("given", "shifted", "constant", "negated", "absolute")
+POSITION_MODELS = ("given", "shifted", "constant", "negated", "absolute", "scaled")
 LONE_COLUMNS = ("sine", "zero")
+SPACINGS = ("paper", "tensor2tensor")
+FIRSTS = ("sin", "cos")
 
 
 class Explanation(NamedTuple):
@@ -85,9 +104,18 @@ def _lone_column(width: int, layout: str, lone: str) -> int:
     return width // 2
 
 
-def _frequencies(model: str, width: int, base: float, fitted: float | None) -> np.ndarray:
-    """The ``ceil(width / 2)`` angular frequencies of a frequency model."""
+def _frequencies(
+    model: str, width: int, base: float, fitted: float | None, lone: str = "sine"
+) -> np.ndarray:
+    """The ``ceil(width / 2)`` angular frequencies of a frequency model.
+
+    A zero-padded odd width (``lone="zero"``) is the table of width ``width - 1`` with a
+    zero column added, as fairseq and diffusers build it: its frequencies are those of
+    the even width (the last one, of the zero column, is never used).
+    """
     m = (width + 1) // 2
+    if lone == "zero" and width % 2:
+        width -= 1
     i = np.arange(m, dtype=np.float64)
     if model == "paper":
         return base ** (-2 * i / width)
@@ -177,6 +205,7 @@ def _fitted_base(table: np.ndarray, layout: str, swapped: bool, lone: str) -> fl
     n = width // 2
     if length < 2 or n < 2:
         return None
+    spaced_for = width - 1 if lone == "zero" and width % 2 else width
     phases = np.unwrap(_phases(table, layout, swapped, lone), axis=0)
     slopes = (phases[-1] - phases[0]) / (length - 1)
     i = np.arange(1, n)
@@ -184,7 +213,7 @@ def _fitted_base(table: np.ndarray, layout: str, swapped: bool, lone: str) -> fl
     usable = slopes > 0
     if not usable.any():
         return None
-    estimates = -width * np.log(slopes[usable]) / (2 * i[usable])
+    estimates = -spaced_for * np.log(slopes[usable]) / (2 * i[usable])
     weights = (i[usable] * slopes[usable]) ** 2
     log_base = float(np.sum(weights * estimates) / np.sum(weights))
     if not 0 < log_base < 700:
@@ -192,7 +221,7 @@ def _fitted_base(table: np.ndarray, layout: str, swapped: bool, lone: str) -> fl
     return math.exp(log_base)
 
 
-def _tolerance(dtype: np.dtype, rows: np.ndarray, atol: float | None) -> np.ndarray:
+def _tolerance(dtype: str, rows: np.ndarray, atol: float | None, stored: float = 0.0) -> np.ndarray:
     """Per-row tolerance: what computing the angles in the table's own dtype can cost.
 
     The largest angle of a row is its position (the first pair turns one radian per
@@ -202,8 +231,8 @@ def _tolerance(dtype: np.dtype, rows: np.ndarray, atol: float | None) -> np.ndar
     """
     if atol is not None:
         return np.full(len(rows), atol)
-    eps = max(float(np.finfo(dtype).eps), float(np.finfo(np.float64).eps))
-    return np.minimum(4 * eps * np.maximum(1.0, np.abs(rows)), MAX_TOLERANCE)
+    eps = max(_EPS.get(str(dtype), 0.0), _EPS["float64"])
+    return np.minimum(4 * eps * np.maximum(1.0, np.abs(rows)), MAX_TOLERANCE) + stored
 
 
 def _sample(length: int) -> np.ndarray:
@@ -214,33 +243,71 @@ def _sample(length: int) -> np.ndarray:
 
 class _Context(NamedTuple):
     table: np.ndarray  # float64 values
-    dtype: np.dtype
+    dtype: str  # the name of the table's own dtype ("bfloat16" for a torch tensor)
     base: float
-    start: int
-    layout: str
+    positions: np.ndarray  # the declared position of every row (float64)
+    asked: Explanation  # the declared conventions
     atol: float | None
     rows: np.ndarray  # table row indices that take part (not zero rows)
+    stored: float = 0.0  # unit roundoff of the format the table was stored in
+
+    @property
+    def layout(self) -> str:
+        return self.asked.layout
 
 
 def _positions(model: str, ctx: _Context, shift: float | None) -> np.ndarray | None:
-    """The positions of every table row under a position model, or None if undefined."""
-    asked = ctx.start + np.arange(ctx.table.shape[0], dtype=np.float64)
+    """The positions of every table row under a position model, or None if undefined.
+
+    ``shift`` is the whole number of positions the rows are moved by (``"shifted"``) or
+    the one position every row has (``"constant"``); ``"scaled"`` is made in
+    :func:`_scaled`.
+    """
+    asked = ctx.positions
     if model == "given":
         return asked
     if model == "negated":
         return -asked
     if model == "absolute":
-        return np.abs(asked) if ctx.start < 0 else None
+        return np.abs(asked) if np.any(asked < 0) else None
     if shift is None:
         return None
     if model == "shifted":
-        return None if shift == ctx.start else shift + np.arange(ctx.table.shape[0])
+        return None if shift == 0 else asked + shift
     return np.full(ctx.table.shape[0], float(shift)) if ctx.table.shape[0] > 1 else None
 
 
+def _scaled(ctx: _Context, explanation: Explanation, freqs, sample) -> list[np.ndarray]:
+    """Candidate positions ``a + s * declared`` with ``s != 1``, fitted to the rows.
+
+    The position of each sampled row is estimated from its phases, a line is fitted
+    through them, and ``s`` and ``a`` are offered rounded to 1, 2, ... significant
+    digits (a scale is usually a round number: 1000, 1/4), then unrounded.
+    """
+    if len(sample) < 3:
+        return []
+    phases = _phases(ctx.table[sample], explanation.layout, explanation.swapped, explanation.lone)
+    estimates = [_estimate_position(row, freqs) for row in phases]
+    if any(e is None for e in estimates):
+        return []
+    asked = ctx.positions[sample]
+    if np.ptp(asked) == 0:
+        return []
+    scale, offset = np.polyfit(asked, np.array(estimates), 1)
+    if not np.isfinite(scale) or abs(scale - 1) < 1e-6 or scale <= 0:
+        return []  # a scale of 1 is a shift; a negative one, negated positions
+    candidates = []
+    for digits in (1, 2, 3, 4, 6, 9, None):
+        s = scale if digits is None else float(f"{scale:.{digits}g}")
+        a = float(np.round(offset)) if abs(offset - np.round(offset)) < 0.5 else offset
+        positions = a + s * ctx.positions
+        if abs(s - 1) > 1e-9 and not any(np.array_equal(positions, c) for c in candidates):
+            candidates.append(positions)
+    return candidates
+
+
 def _departures(explanation: Explanation, ctx: _Context) -> int:
-    asked = Explanation(ctx.layout, False, "paper", "given", "sine")
-    return sum(a != b for a, b in zip(explanation, asked, strict=True))
+    return sum(a != b for a, b in zip(explanation, ctx.asked, strict=True))
 
 
 def _explanations(ctx: _Context):
@@ -251,6 +318,8 @@ def _explanations(ctx: _Context):
         Explanation(*p)
         for p in itertools.product(LAYOUTS, (False, True), FREQUENCY_MODELS, POSITION_MODELS, lone)
     ]
+    # a zero-padded odd width is an even table plus zeros: "wider" has no meaning there
+    points = [p for p in points if not (p.lone == "zero" and p.frequency == "wider")]
     if width == 1:  # a single sine column has no pairs to lay out or swap
         points = [p for p in points if p.layout == ctx.layout and not p.swapped]
     return sorted(points, key=lambda p: _departures(p, ctx))
@@ -265,9 +334,8 @@ def _compare(ctx: _Context, explanation: Explanation, freqs, positions, which, p
     """
     predicted, sizes = _build(positions[which], ctx.table.shape[1], explanation, freqs)
     error = np.abs(ctx.table[which] - predicted)
-    asked = ctx.start + which.astype(np.float64)
-    larger = np.maximum(np.abs(asked), np.abs(positions[which]))
-    tolerance = _tolerance(ctx.dtype, larger, ctx.atol)[:, None]
+    larger = np.maximum(np.abs(ctx.positions[which]), np.abs(positions[which]))
+    tolerance = _tolerance(ctx.dtype, larger, ctx.atol, ctx.stored)[:, None]
     if precision is not None:
         tolerance = tolerance + ANGLE_ROUNDINGS * PRECISIONS[precision] * np.maximum(1, sizes)
         if np.mean(tolerance < DISCRIMINATING) < MIN_DISCRIMINATING:
@@ -276,22 +344,26 @@ def _compare(ctx: _Context, explanation: Explanation, freqs, positions, which, p
 
 
 def _matches_formula(ctx: _Context) -> bool:
-    """Whether the whole table is within tolerance of what was asked for.
+    """Whether every row that takes part is within tolerance of what was declared.
 
-    For positions from 0 up the reference is :func:`posenc.sinusoidal` in float64
-    (fast, and within a few float64 roundings of the formula); negative starts are
-    evaluated directly.
+    For the paper's table at positions 0, 1, 2, ... or from any start the reference is
+    :func:`posenc.sinusoidal` in float64 (fast, and within a few float64 roundings of
+    the formula); anything else is evaluated directly.
     """
     length, width = ctx.table.shape
-    positions = _positions("given", ctx, None)
-    if ctx.start >= 0:
-        reference = sinusoidal(length, width, base=ctx.base, start=ctx.start, layout=ctx.layout)
+    positions = ctx.positions
+    start = positions[0] if length else 0.0
+    plain = ctx.asked == Explanation(ctx.layout, False, "paper", "given", "sine")
+    consecutive = np.array_equal(positions, start + np.arange(length)) and start >= 0
+    if plain and consecutive and start.is_integer():
+        reference = sinusoidal(length, width, base=ctx.base, start=int(start), layout=ctx.layout)
     else:
-        asked = Explanation(ctx.layout, False, "paper", "given", "sine")
-        reference = _build(positions, width, asked, _frequencies("paper", width, ctx.base, None))[0]
+        freqs = _frequencies(ctx.asked.frequency, width, ctx.base, None, ctx.asked.lone)
+        reference = _build(positions, width, ctx.asked, freqs)[0]
     np.subtract(reference, ctx.table, out=reference)
     np.abs(reference, out=reference)
-    return bool(np.all(reference <= _tolerance(ctx.dtype, positions, ctx.atol)[:, None]))
+    tolerance = _tolerance(ctx.dtype, positions, ctx.atol, ctx.stored)[:, None]
+    return bool(np.all(reference[ctx.rows] <= tolerance[ctx.rows]))
 
 
 def _search(ctx: _Context, fitted_cache: dict, precision: str | None = None):
@@ -306,33 +378,39 @@ def _search(ctx: _Context, fitted_cache: dict, precision: str | None = None):
             if key not in fitted_cache:
                 fitted_cache[key] = _fitted_base(ctx.table[rows[:FIT_ROWS]], *key)
             fitted = fitted_cache[key]
-            if fitted is None or _is_named_base(fitted, ctx.base, width):
+            if fitted is None or _is_named_base(fitted, ctx.base, width, explanation.lone):
                 continue
-        freqs = _frequencies(explanation.frequency, width, ctx.base, fitted)
-        shift = None
-        if explanation.positions in ("shifted", "constant"):
-            row = ctx.table[sample[:1]]
-            estimate = _estimate_position(
-                _phases(row, explanation.layout, explanation.swapped, explanation.lone)[0],
-                freqs,
-            )
-            if estimate is None or abs(estimate) > MAX_POSITION:
-                continue
-            shift = float(round(estimate)) - float(sample[0])
-            if explanation.positions == "constant":
+        freqs = _frequencies(explanation.frequency, width, ctx.base, fitted, explanation.lone)
+        if explanation.positions == "scaled":
+            candidates = _scaled(ctx, explanation, freqs, sample)
+        else:
+            shift = None
+            if explanation.positions in ("shifted", "constant"):
+                row = ctx.table[sample[:1]]
+                estimate = _estimate_position(
+                    _phases(row, explanation.layout, explanation.swapped, explanation.lone)[0],
+                    freqs,
+                )
+                if estimate is None or abs(estimate) > MAX_POSITION:
+                    continue
                 shift = float(round(estimate))
-        positions = _positions(explanation.positions, ctx, shift)
-        if positions is None:
-            continue
-        if _compare(ctx, explanation, freqs, positions, sample, precision) and _compare(
-            ctx, explanation, freqs, positions, rows, precision
-        ):
-            return explanation, freqs, positions, fitted
+                if explanation.positions == "shifted":
+                    shift = float(round(estimate - ctx.positions[sample[0]]))
+            candidates = [_positions(explanation.positions, ctx, shift)]
+        for positions in candidates:
+            if positions is None:
+                continue
+            if _compare(ctx, explanation, freqs, positions, sample, precision) and _compare(
+                ctx, explanation, freqs, positions, rows, precision
+            ):
+                return explanation, freqs, positions, fitted
     return None
 
 
-def _is_named_base(fitted: float, base: float, width: int) -> bool:
+def _is_named_base(fitted: float, base: float, width: int, lone: str = "sine") -> bool:
     """True when a fitted base is one another frequency model already names."""
+    if lone == "zero" and width % 2:
+        width -= 1
     named = [base, base**2, math.sqrt(base)]
     if width >= 4:
         named.append(base ** (width / (2 * max(width // 2 - 1, 1))))
@@ -341,32 +419,47 @@ def _is_named_base(fitted: float, base: float, width: int) -> bool:
 
 
 def _describe(explanation: Explanation, ctx: _Context, positions, fitted) -> list[str]:
-    """One sentence for each way ``explanation`` departs from what was asked."""
+    """One sentence for each way ``explanation`` departs from what was declared."""
     findings = []
     width = ctx.table.shape[1]
-    if explanation.layout != ctx.layout:
+    asked = ctx.asked
+    if explanation.layout != asked.layout:
         shape = {
             "interleaved": "sin and cos alternating, as in the paper",
             "concat": "all sines, then all cosines, as tensor2tensor and fairseq",
         }[explanation.layout]
         findings.append(
             f"the columns are in the {explanation.layout} layout ({shape}), not "
-            f"{ctx.layout}: looks like a table saved in one layout read by code written "
-            f"for the other"
+            f"layout={asked.layout!r}: a table saved in one layout read by code written "
+            f"for the other, or declare layout={explanation.layout!r}"
         )
-    if explanation.swapped:
+    if explanation.swapped != asked.swapped:
+        first, declared = ("cos", "sin") if explanation.swapped else ("sin", "cos")
         findings.append(
-            "sin and cos are swapped: the sine columns hold cosines (position 0 reads "
-            "1 where it should read 0)"
+            f"sin and cos are swapped relative to first={declared!r}: each pair has its "
+            f"{first} first (position 0 reads {'1' if first == 'cos' else '0'} in the "
+            f"pair's first column); declare first={first!r} if that is the convention"
         )
-    if explanation.frequency != "paper":
-        findings.append(_frequency_finding(explanation.frequency, ctx.base, width, fitted))
+    if explanation.frequency != asked.frequency:
+        findings.append(
+            _frequency_finding(explanation.frequency, asked.frequency, ctx.base, width, fitted)
+        )
     first = ctx.rows[0]
     if explanation.positions == "shifted":
-        findings.append(_shift_finding(int(positions[0]), ctx.start))
+        findings.append(_shift_finding(positions[first], ctx.positions[first]))
+    elif explanation.positions == "scaled":
+        step = (positions[-1] - positions[0]) / (ctx.positions[-1] - ctx.positions[0])
+        findings.append(
+            f"the rows are at positions {positions[first]:.6g}, {positions[first + 1]:.6g}, "
+            f"... ({step:.6g} times the declared ones): scaled or fractional positions, "
+            f"as diffusers' timestep embeddings (scale=1000) or position interpolation "
+            f"make them; declare them with positions="
+            if len(positions) > first + 1
+            else f"the row is at position {positions[first]:.6g}"
+        )
     elif explanation.positions == "constant":
         findings.append(
-            f"every row is the row of position {int(positions[first])}: the position "
+            f"every row is the row of position {_number(positions[first])}: the position "
             f"does not advance along the rows; looks like the batch axis used as the "
             f"position axis"
         )
@@ -380,28 +473,41 @@ def _describe(explanation: Explanation, ctx: _Context, positions, fitted) -> lis
             "rows of negative positions repeat those of positive ones, so the sine terms "
             "of the past have the wrong sign: looks like |i - j| used for i - j"
         )
-    if explanation.lone == "zero":
+    if width % 2 and explanation.lone == "sine" and asked.lone == "zero":
         findings.append(
-            "the last column is all zeros: zero-padding for an odd d_model (fairseq, "
-            "tensor2tensor), not the sine of one more pair"
+            "the last column is the sine of one more pair, not the zero column that "
+            "tensor2tensor's spacing pads an odd d_model with"
+        )
+    if width % 2 and explanation.lone == "zero" and asked.lone == "sine":
+        findings.append(
+            f"the last column is all zeros: the table of width {width - 1} with a zero "
+            f"column added for an odd d_model (fairseq, tensor2tensor, diffusers), not "
+            f"the sine of one more pair"
         )
     return findings
 
 
-def _shift_finding(begins: int, start: int) -> str:
-    """The sentence for rows that start at another position than asked."""
-    shift = begins - start
+def _shift_finding(begins: float, declared: float) -> str:
+    """The sentence for rows that are at other positions than declared."""
+    shift = begins - declared
     if shift == 2:
         why = "looks like fairseq's or M2M100's numbering, which starts at padding_idx + 1 = 2"
     elif abs(shift) == 1:
         why = "an off-by-one: positions counted from 1, or from 0 where 1 was meant"
     else:
-        why = f"the positions are shifted by {shift} (a start offset added or forgotten?)"
-    return f"rows start at position {begins}, not {start}: {why}"
+        why = f"the positions are shifted by {_number(shift)} (a start offset added or forgotten?)"
+    return f"rows start at position {_number(begins)}, not {_number(declared)}: {why}"
 
 
-def _frequency_finding(model: str, base: float, width: int, fitted: float | None) -> str:
-    """The sentence for a frequency model other than the paper's."""
+def _number(value: float) -> str:
+    """A position as written: whole numbers in full, fractions to six digits."""
+    return str(int(value)) if float(value).is_integer() else f"{value:.6g}"
+
+
+def _frequency_finding(
+    model: str, declared: str, base: float, width: int, fitted: float | None
+) -> str:
+    """The sentence for a frequency model other than the declared one."""
     if model == "double":
         also = " (at d_model = 4 also tensor2tensor's spacing)" if width == 4 else ""
         return (
@@ -416,8 +522,14 @@ def _frequency_finding(model: str, base: float, width: int, fitted: float | None
     if model == "tensor2tensor":
         return (
             "frequencies are spaced with num_timescales - 1 in the denominator, so the "
-            "lowest is exactly 1/base (tensor2tensor, fairseq), not with the paper's "
-            "2i/d_model"
+            "lowest is exactly 1/base (spacing='tensor2tensor': tensor2tensor, fairseq, "
+            "Marian, M2M100, Whisper), not spacing='paper' (2i/d_model)"
+        )
+    if model == "paper" and declared == "tensor2tensor":
+        return (
+            "frequencies are spaced as in the paper, base**(-2i/d_model) "
+            "(spacing='paper'), not with num_timescales - 1 as spacing='tensor2tensor' "
+            "declares"
         )
     if model == "wider":
         return (
@@ -425,38 +537,102 @@ def _frequency_finding(model: str, base: float, width: int, fitted: float | None
             f"columns: looks like an odd d_model that lost its last column "
             f"(d_model // 2 pairs)"
         )
-    typo = " (10e4 is 100000, not 10000)" if _close(fitted, 10 * base) else ""
-    return f"frequencies fit base = {fitted:.6g}, not {base:.6g}: wrong base{typo}"
+    typo = (
+        f"; if {base:g} was meant, look for 10e4, which is 100000, written for 1e4"
+        if _close(fitted, 10 * base) and _close(base, 1e4)
+        else ""
+    )
+    return (
+        f"frequencies fit base = {fitted:.6g}, not {base:.6g}: declare base={fitted:.6g} "
+        f"if the model uses it (diffusers' max_period, for instance){typo}; otherwise a "
+        f"wrong base"
+    )
 
 
 def _close(a: float, b: float) -> bool:
     return abs(math.log(a / b)) < 1e-6
 
 
-def _precision(ctx: _Context, explanation: Explanation, freqs, positions, name: str) -> str:
-    """The finding for angles computed in the format ``name``: where the error is worst."""
+def _errors(ctx: _Context, explanation: Explanation, freqs, positions):
+    """Error and angle size of every entry of the rows that take part, under an explanation."""
     rows = ctx.rows
-    predicted = _build(positions[rows], ctx.table.shape[1], explanation, freqs)[0]
-    error = np.abs(ctx.table[rows] - predicted)
+    predicted, sizes = _build(positions[rows], ctx.table.shape[1], explanation, freqs)
+    return np.abs(ctx.table[rows] - predicted), sizes
+
+
+def _growth(error: np.ndarray, sizes: np.ndarray) -> float | None:
+    """How the error grows with the angle: the fitted error per radian, or None.
+
+    Entries are sorted by the size of their angle and cut into eight groups; the error
+    grows with the angle when the largest error of the last group is at least GROWTH
+    times that of the first and the largest errors rise from group to group (a rank
+    correlation of at least 0.7). The slope is then fitted through the origin on the
+    largest error of each group against its largest angle.
+    """
+    used = sizes > 0
+    if used.sum() < 16:
+        return None
+    order = np.argsort(sizes[used], kind="stable")
+    err, size = error[used][order], sizes[used][order]
+    groups = np.array_split(np.arange(len(size)), 8)
+    top = np.array([err[g].max() for g in groups])
+    reach = np.array([size[g].max() for g in groups])
+    if top[-1] < GROWTH * max(top[0], 1e-300):
+        return None
+    ranks = np.argsort(np.argsort(top))
+    if np.corrcoef(ranks, np.arange(len(top)))[0, 1] < 0.7:
+        return None
+    return float(np.sum(top * reach) / np.sum(reach * reach))
+
+
+def _precision(ctx: _Context, error, sizes, positions, name: str, slope: float) -> str:
+    """The finding for angles computed in the format ``name``: where the error is worst."""
     row, column = np.unravel_index(np.argmax(error), error.shape)
     return (
-        f"errors grow with the angle, up to {error[row, column]:.2g} at position "
-        f"{int(positions[rows][row])} (column {column}): looks like angles computed in {name}"
+        f"errors grow with the angle (fitted: about {slope:.2g} per radian, the size of "
+        f"{name}'s rounding, {PRECISIONS[name]:.2g}), up to {error[row, column]:.2g} at "
+        f"position {_number(positions[ctx.rows][row])} (column {column}): looks like angles "
+        f"computed in {name}"
     )
+
+
+def _storage(error, name: str) -> str:
+    """The finding for a table rounded to the format ``name`` when it was stored."""
+    return (
+        f"every value lies on the {name} grid and the table is within {name}'s rounding "
+        f"of the formula (largest error {error.max():.2g}): the "
+        f"table was stored in {name} and converted back, a storage rounding, not an error "
+        f"in the angles; declare stored_dtype={name!r}"
+    )
+
+
+def _on_grid(values: np.ndarray, dtype: str) -> list[str]:
+    """The formats coarser than ``dtype`` whose grid holds every value, finest first."""
+    finer = {"float64": 0, "float32": 1, "float16": 2, "bfloat16": 2}
+    own = finer.get(dtype, 0)
+    grids = []
+    with np.errstate(over="ignore"):
+        as32 = values.astype(np.float32)
+        on32 = bool(np.all(as32.astype(np.float64) == values))
+        if on32 and own < 1:
+            grids.append("float32")
+        if own < 2 and np.all(values.astype(np.float16).astype(np.float64) == values):
+            grids.append("float16")
+        if own < 2 and on32 and np.all(as32.view(np.uint32) & 0xFFFF == 0):
+            grids.append("bfloat16")
+    return grids
 
 
 def _unexplained(ctx: _Context) -> str:
     """The finding for a table of sine-cosine pairs that no explanation reproduces."""
-    asked = Explanation(ctx.layout, False, "paper", "given", "sine")
-    positions = _positions("given", ctx, None)
-    freqs = _frequencies("paper", ctx.table.shape[1], ctx.base, None)
-    predicted = _build(positions[ctx.rows], ctx.table.shape[1], asked, freqs)[0]
-    error = np.abs(ctx.table[ctx.rows] - predicted)
+    freqs = _frequencies(ctx.asked.frequency, ctx.table.shape[1], ctx.base, None, ctx.asked.lone)
+    error, _sizes = _errors(ctx, ctx.asked, freqs, ctx.positions)
     row, column = np.unravel_index(np.argmax(error), error.shape)
     return (
-        f"the table is made of sine-cosine pairs but differs from the formula by up to "
-        f"{error[row, column]:.2g} (position {int(positions[ctx.rows][row])}, column "
-        f"{column}), and no known bug explains it"
+        f"the table is made of sine-cosine pairs but differs from what was declared by up "
+        f"to {error[row, column]:.2g} (position {_number(ctx.positions[ctx.rows][row])}, column "
+        f"{column}); the error is not a storage grid and does not grow with the angle, and "
+        f"no known bug explains it"
     )
 
 
@@ -490,10 +666,10 @@ def _column_exponent(ctx: _Context) -> bool:
     if width < 4 or ctx.layout != "interleaved":
         return False
     column = np.arange(width)
-    positions = ctx.start + ctx.rows.astype(np.float64)
+    positions = ctx.positions[ctx.rows]
     angle = positions[:, None] * ctx.base ** (-2 * column / width)
     predicted = np.where(column % 2 == 0, np.sin(angle), np.cos(angle))
-    tolerance = _tolerance(ctx.dtype, positions, ctx.atol)[:, None]
+    tolerance = _tolerance(ctx.dtype, positions, ctx.atol, ctx.stored)[:, None]
     return bool(np.all(np.abs(ctx.table[ctx.rows] - predicted) <= tolerance))
 
 
@@ -522,31 +698,65 @@ def _scale(values: np.ndarray, layout: str) -> float | None:
 
 
 def check_sinusoidal_table(
-    table, *, base=10000.0, start=0, layout="interleaved", atol=None
+    table,
+    *,
+    base=10000.0,
+    start=0,
+    positions=None,
+    layout="interleaved",
+    spacing="paper",
+    first="sin",
+    padding_idx=None,
+    stored_dtype=None,
+    atol=None,
 ) -> list[str]:
-    """Check ``table`` against the paper's sinusoidal formula; name the likely bugs.
+    """Check ``table`` against the sinusoidal formula and the declared conventions;
+    name the likely bugs.
 
-    ``table`` is ``(length, d_model)``; row ``r`` should be position ``start + r``
-    (``start`` may be negative, as for relative offsets), in ``layout`` with ``base``.
-    Returns an empty list when every entry is within ``atol`` of the formula, otherwise
-    one readable finding per problem, each naming the likely bug where the table lets
-    the check tell. The default ``atol`` is what computing the angles in the table's
-    own dtype can cost: ``4 * eps * max(1, |position|)`` for each row, but never more
-    than ``MAX_TOLERANCE`` (0.01). Correct float16, float32 and float64 tables pass,
-    and so do tables whose angles were computed in float32 while that costs less
-    than 0.01 (the PyTorch tutorial's, up to tens of thousands of positions).
+    ``table`` is ``(length, d_model)``: a NumPy array or a torch tensor (any device,
+    any float dtype, with or without ``requires_grad``). Row ``r`` should be position
+    ``start + r`` (``start`` may be negative, as for relative offsets), or
+    ``positions[r]`` when ``positions`` (1-D, one per row, fractional allowed) is
+    given instead. The conventions are declared in the table's own terms:
+
+    - ``layout``: ``"interleaved"`` (sin, cos, sin, cos, ...) or ``"concat"`` (all
+      sines, then all cosines);
+    - ``spacing``: ``"paper"`` (``base**(-2i/d_model)``) or ``"tensor2tensor"``
+      (``base**(-i/(d_model/2 - 1))``, the lowest frequency exactly ``1/base``);
+    - ``first``: ``"sin"`` or ``"cos"``, which of the two comes first in each pair;
+    - ``padding_idx``: a row that must be all zeros (fairseq, M2M100);
+    - ``stored_dtype``: ``"float32"``, ``"float16"`` or ``"bfloat16"`` (or
+      ``"float64"``), the precision the table was stored in before it was converted
+      to its present dtype; its rounding is then allowed.
+
+    Returns an empty list when every entry is within ``atol`` of what was declared,
+    otherwise one readable finding per problem, naming the likely bug or the
+    convention that explains the table, in the declaration's own terms. The default
+    ``atol`` is what computing the angles in the table's own dtype can cost:
+    ``4 * eps * max(1, |position|)`` for each row, but never more than
+    ``MAX_TOLERANCE`` (0.01), plus the rounding of ``stored_dtype``.
     """
-    array = _validation.floating_array("table", table)
+    array, dtype = _validation.floating_array_or_tensor("table", table)
     if array.ndim != 2:
         raise ValueError(f"table must be 2-D (length, d_model), got shape {array.shape}")
+    length = array.shape[0]
     base = _validation.positive_finite("base", base)
-    start = _validation.integer("start", start, minimum=-MAX_POSITION, maximum=MAX_POSITION)
     layout = _validation.choice("layout", layout, LAYOUTS)
+    spacing = _validation.choice("spacing", spacing, SPACINGS)
+    first = _validation.choice("first", first, FIRSTS)
+    declared = _validation.positions_or_start(start, positions, length, bound=MAX_POSITION)
+    if padding_idx is not None:
+        padding_idx = _validation.integer("padding_idx", padding_idx, minimum=0)
+        if padding_idx >= max(length, 1):
+            raise ValueError(
+                f"padding_idx must be a row of the table, in [0, {length - 1}], got {padding_idx}"
+            )
+    stored = 0.0
+    if stored_dtype is not None:
+        name = np.dtype(stored_dtype).name if not isinstance(stored_dtype, str) else stored_dtype
+        stored = STORAGE[_validation.choice("stored_dtype", str(name), tuple(STORAGE))]
     if atol is not None:
         atol = _validation.positive_finite("atol", atol)
-    length = array.shape[0]
-    if start + length > MAX_POSITION:
-        raise ValueError(f"start + length must be at most 2**53, got {start} + {length}")
     if array.size == 0:
         return []
     values = array.astype(np.float64)
@@ -556,26 +766,44 @@ def check_sinusoidal_table(
             f"{len(bad)} entries are not finite, the first at row {bad[0][0]}, column "
             f"{bad[0][1]}: overflow or a division by zero in the angles?"
         ]
-    ctx = _Context(values, array.dtype, base, start, layout, atol, np.arange(length))
-    if _matches_formula(ctx):
-        return []
+    width = values.shape[1]
+    # tensor2tensor's spacing comes with its zero column for an odd width (fairseq,
+    # M2M100); the paper's with the sine of one more pair (posenc.sinusoidal)
+    lone = "zero" if spacing == "tensor2tensor" else "sine"
+    asked = Explanation(layout, first == "cos", spacing, "given", lone)
+    ctx = _Context(values, dtype, base, declared, asked, atol, np.arange(length), stored)
     findings = []
+    if padding_idx is not None:
+        if np.all(values[padding_idx] == 0):
+            ctx = ctx._replace(rows=ctx.rows[ctx.rows != padding_idx])
+        else:
+            findings.append(
+                f"row {padding_idx} (padding_idx) is not all zeros: the padding row was "
+                f"not zeroed, or padding_idx is another row"
+            )
+            ctx = ctx._replace(rows=ctx.rows[ctx.rows != padding_idx])
+    if len(ctx.rows) == 0 or _matches_formula(ctx):
+        return findings
     zero = np.all(values == 0, axis=1)
-    if zero.all():
-        return ["the table is all zeros: the sinusoids were never written (or were erased)"]
+    zero[[r for r in range(length) if r not in set(ctx.rows.tolist())]] = False
+    if zero[ctx.rows].all():
+        return [
+            *findings,
+            "the table is all zeros: the sinusoids were never written (or were erased)",
+        ]
     if zero.any():
         listed = np.flatnonzero(zero)
         findings.append(
             f"row{'s' if len(listed) > 1 else ''} {', '.join(map(str, listed[:5]))} "
             f"{'are' if len(listed) > 1 else 'is'} all zeros: looks like a padding row "
-            f"(padding_idx) of an embedding"
+            f"of an embedding (declare it with padding_idx=)"
         )
-        ctx = ctx._replace(rows=np.flatnonzero(~zero))
+        ctx = ctx._replace(rows=np.array([r for r in ctx.rows if not zero[r]]))
     scale = _scale(values[ctx.rows], layout)
     if scale is not None:
         findings.append(f"every sine-cosine pair has norm {scale:.6g}, not 1: the table is scaled")
         ctx = ctx._replace(table=values / scale)
-    if _column_exponent(ctx):
+    if width > 1 and _column_exponent(ctx):
         findings.append(
             "every column has its own frequency, base**(-2c/d_model) for column c: the "
             "sine and cosine of a pair do not share one, and frequencies fall 2x too fast; "
@@ -588,15 +816,38 @@ def check_sinusoidal_table(
     fitted_cache: dict = {}  # the base fitted for each way of reading the columns
     found = _search(ctx, fitted_cache)
     if found is not None:
-        explanation, freqs, positions, fitted = found
-        return findings + _describe(explanation, ctx, positions, fitted)
+        explanation, freqs, positions_found, fitted = found
+        return findings + _describe(explanation, ctx, positions_found, fitted)
+    # Storage: every value on a coarser grid, and the table within that grid's rounding.
+    for name in _on_grid(ctx.table[ctx.rows], dtype):
+        stored_ctx = ctx._replace(stored=max(ctx.stored, STORAGE[name]))
+        found = _search(stored_ctx, fitted_cache)
+        if found is not None:
+            explanation, freqs, positions_found, fitted = found
+            error, _ = _errors(stored_ctx, explanation, freqs, positions_found)
+            described = _describe(explanation, stored_ctx, positions_found, fitted)
+            return findings + described + [_storage(error, name)]
+    # Arithmetic: angles computed in a narrow format, seen growing with the angle.
     for name in PRECISIONS:
         found = _search(ctx, fitted_cache, name)
-        if found is not None:
-            explanation, freqs, positions, fitted = found
+        if found is None:
+            continue
+        explanation, freqs, positions_found, fitted = found
+        error, sizes = _errors(ctx, explanation, freqs, positions_found)
+        slope = _growth(error, sizes)
+        if slope is not None:
+            described = _describe(explanation, ctx, positions_found, fitted)
             return (
-                findings
-                + _describe(explanation, ctx, positions, fitted)
-                + [_precision(ctx, explanation, freqs, positions, name)]
+                findings + described + [_precision(ctx, error, sizes, positions_found, name, slope)]
             )
+        break  # the first precision that fits shows no growth: not arithmetic
     return [*findings, _unexplained(ctx)]
+
+
+def __getattr__(name: str):
+    # check_rope_cache lives in posenc.rope_checks, which uses this module's helpers.
+    if name == "check_rope_cache":
+        from posenc.rope_checks import check_rope_cache
+
+        return check_rope_cache
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,139 @@
+"""posenc.rope_checks: a RoPE cos/sin cache checked against float64 angles, and each
+mistake that real code makes named: float32 angles, the pairing, partial rotary, a
+wrong base, scaled frequencies and an attention scale."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from posenc import museum
+from posenc.checks import check_rope_cache
+from posenc.long_context import scaled_frequencies
+from posenc.rope_checks import check_rope_cache as same
+
+
+def cache(
+    length, dim, *, base=1e4, start=0, pairing="half", freqs=None, scale=1.0, dtype=np.float32
+):
+    """cos and sin from float64 angles, rounded once to ``dtype``."""
+    theta = base ** (-np.arange(0, dim, 2) / dim) if freqs is None else freqs
+    angles = np.arange(start, start + length)[:, None] * theta[None, :]
+    cos, sin = scale * np.cos(angles), scale * np.sin(angles)
+    if pairing == "half":
+        cos, sin = np.concatenate([cos, cos], 1), np.concatenate([sin, sin], 1)
+    elif pairing == "interleaved":
+        cos, sin = np.repeat(cos, 2, 1), np.repeat(sin, 2, 1)
+    return cos.astype(dtype), sin.astype(dtype)
+
+
+def only(findings, *phrases):
+    assert len(findings) == len(phrases), findings
+    for finding, phrase in zip(findings, phrases, strict=True):
+        assert phrase in finding, (phrase, finding)
+
+
+def test_the_function_is_reexported_by_posenc_checks():
+    assert check_rope_cache is same
+
+
+@pytest.mark.parametrize("pairing", ["half", "interleaved"])
+@pytest.mark.parametrize("start", [0, 100_000])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_caches_from_float64_angles_have_no_findings(pairing, start, dtype):
+    cos, sin = cache(2048, 128, start=start, pairing=pairing, dtype=dtype)
+    assert check_rope_cache(cos, sin, pairing=pairing, start=start) == []
+    per_pair = cache(64, 32, start=start, pairing=None, dtype=dtype)
+    assert check_rope_cache(*per_pair, start=start) == []
+
+
+def test_float32_angles_are_named_far_out_and_even_near_zero():
+    cos, sin = museum.float32_rope_cache(2048, 128, start=100_000)
+    only(check_rope_cache(cos, sin, start=100_000), "looks like angles computed in float32")
+    error = np.abs(cos - cache(2048, 128, start=100_000, dtype=np.float64)[0]).max()
+    assert 1e-4 < error < 1e-2  # about 1e-3: the size the finding reports
+    only(check_rope_cache(*museum.float32_rope_cache(2048, 128)), "angles computed in float32")
+
+
+def test_the_other_pairing_is_named():
+    only(
+        check_rope_cache(*cache(256, 64, pairing="interleaved")),
+        "pairing='interleaved', not pairing='half'",
+    )
+    only(
+        check_rope_cache(*cache(256, 64, pairing="half"), pairing="interleaved"),
+        "pairing='half', not pairing='interleaved'",
+    )
+
+
+def test_a_wrong_base_and_ntk_scaling_are_named():
+    only(check_rope_cache(*cache(512, 64, base=500000.0)), "base = 500000, not 10000")
+    ntk, _ = scaled_frequencies(128, method="ntk", factor=4.0)
+    only(check_rope_cache(*cache(2048, 128, freqs=ntk)), "NTK-aware scaling with factor 4")
+
+
+def test_partial_rotary_is_named_and_can_be_declared():
+    spaced_for_head = 1e4 ** (-np.arange(0, 32, 2) / 128)
+    only(check_rope_cache(*cache(512, 32, freqs=spaced_for_head)), "partial rotary")
+    assert check_rope_cache(*cache(512, 32), rotary_dim=32) == []
+
+
+@pytest.mark.parametrize(
+    ("method", "kwargs", "phrase"),
+    [
+        ("linear", {}, "position interpolation (rope_scaling 'linear', factor 4)"),
+        ("yarn", {"original_length": 4096}, "yarn scaling with factor 4 and original_length 4096"),
+        ("llama3", {"original_length": 8192}, "llama3 scaling with factor 4"),
+    ],
+)
+def test_scaled_frequencies_are_named_and_can_be_declared(method, kwargs, phrase):
+    freqs, scale = scaled_frequencies(128, method=method, factor=4.0, **kwargs)
+    cos, sin = cache(2048, 128, freqs=freqs, scale=scale)
+    findings = check_rope_cache(cos, sin)
+    assert phrase in findings[-1], findings
+    assert check_rope_cache(cos, sin, frequencies=freqs, attention_scale=scale) == []
+
+
+def test_an_attention_scale_is_named():
+    only(check_rope_cache(*cache(256, 64, scale=1.2)), "multiplied by 1.2, not attention_scale=1")
+    assert check_rope_cache(*cache(256, 64, scale=1.2), attention_scale=1.2) == []
+
+
+def test_an_unexplained_difference_is_reported():
+    cos, sin = cache(256, 64)
+    cos[100:, 3] = np.cos(np.arange(100, 256) * 0.7)  # another angle in one column
+    cos[100:, 35] = cos[100:, 3]
+    sin[100:, 3] = np.sin(np.arange(100, 256) * 0.7)
+    sin[100:, 35] = sin[100:, 3]
+    only(check_rope_cache(cos, sin), "no known mistake explains it")
+
+
+def test_torch_tensors_as_they_come():
+    torch = pytest.importorskip("torch")
+    cos, sin = cache(512, 64)
+    assert check_rope_cache(torch.tensor(cos, requires_grad=True), torch.tensor(sin)) == []
+    assert check_rope_cache(torch.tensor(cos).bfloat16(), torch.tensor(sin).bfloat16()) == []
+    far = museum.float32_rope_cache(512, 64, start=100_000)
+    findings = check_rope_cache(*(torch.tensor(x) for x in far), start=100_000)
+    only(findings, "angles computed in float32")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"sin": np.zeros((4, 6))}, ValueError, "same shape"),
+        ({"cos": np.zeros(8), "sin": np.zeros(8)}, ValueError, "2-D"),
+        ({"rotary_dim": 7}, ValueError, "rotary_dim must be even"),
+        ({"rotary_dim": 12}, ValueError, "the cache has 8 columns"),
+        ({"pairing": "neox"}, ValueError, "pairing"),
+        ({"positions": np.arange(5)}, ValueError, r"one entry per row \(4\)"),
+        ({"positions": np.zeros((4, 1))}, ValueError, "1-D"),
+        ({"frequencies": np.ones((2, 2))}, ValueError, "frequencies must be 1-D"),
+        ({"attention_scale": 0.0}, ValueError, "attention_scale"),
+        ({"cos": np.zeros((4, 8), dtype=int)}, TypeError, "cos"),
+    ],
+)
+def test_bad_arguments_raise_and_name_the_argument(kwargs, error, match):
+    arguments = {"cos": np.ones((4, 8)), "sin": np.zeros((4, 8)), **kwargs}
+    with pytest.raises(error, match=match):
+        check_rope_cache(**arguments)
