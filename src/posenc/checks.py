@@ -523,7 +523,7 @@ def _frequency_finding(
         return (
             "frequencies are spaced with num_timescales - 1 in the denominator, so the "
             "lowest is exactly 1/base (spacing='tensor2tensor': tensor2tensor, fairseq, "
-            "Marian, M2M100, Whisper), not spacing='paper' (2i/d_model)"
+            "M2M100, Whisper), not spacing='paper' (2i/d_model)"
         )
     if model == "paper" and declared == "tensor2tensor":
         return (
