@@ -470,3 +470,52 @@ def test_numpy_functions_refuse_torch_tensors_and_point_at_posenc_torch():
     for call in (lambda: rope(x), lambda: rope(np.zeros((4, 8)), torch.arange(4))):
         with pytest.raises(TypeError, match=r"is a torch tensor.*posenc\.torch"):
             call()
+
+
+def _t5_reference(relative, bidirectional, num_buckets, max_distance, log):
+    """T5's bucket as Hugging Face's PyTorch port computes it, in float32, with ``log``
+    for the float32 logarithm (torch's own, or a correctly rounded one)."""
+    torch = pytest.importorskip("torch")
+    relative = torch.as_tensor(relative)
+    buckets = torch.zeros_like(relative)
+    if bidirectional:
+        num_buckets //= 2
+        buckets += (relative > 0).to(torch.long) * num_buckets
+        relative = torch.abs(relative)
+    else:
+        relative = -torch.min(relative, torch.zeros_like(relative))
+    exact = num_buckets // 2
+    scaled = log(relative.float() / exact) / math.log(max_distance / exact)
+    large = exact + (scaled * (num_buckets - exact)).to(torch.long)
+    large = torch.min(large, torch.full_like(large, num_buckets - 1))
+    return (buckets + torch.where(relative < exact, relative, large)).numpy()
+
+
+def _correctly_rounded_log(values):
+    torch = pytest.importorskip("torch")
+    with np.errstate(divide="ignore"):  # log(0) for the small distances, discarded
+        logs = np.log(values.numpy().astype(np.float64)).astype(np.float32)
+    return torch.from_numpy(logs)
+
+
+def test_t5_buckets_follow_the_float32_reference_at_exact_boundaries():
+    # log(16) / log(32) * 5 is 4 exactly: float32 says bucket 4 + 4, float64 says 4 + 3
+    assert t5_relative_position_bucket(-64, bidirectional=False, num_buckets=9) == 8
+    float64 = 4 + math.floor(math.log(64 / 4) / math.log(128 / 4) * (9 - 4))
+    assert float64 == 7
+    # Every other operation as PyTorch does it: scalars, float32 rounding, truncation.
+    relative = np.arange(-260, 261)
+    for bidirectional in (True, False):
+        for num_buckets in range(4 if bidirectional else 2, 41):
+            exact = (num_buckets // 2 if bidirectional else num_buckets) // 2
+            for max_distance in range(exact + 1, 200, 3):
+                ours = t5_relative_position_bucket(
+                    relative,
+                    bidirectional=bidirectional,
+                    num_buckets=num_buckets,
+                    max_distance=max_distance,
+                )
+                reference = _t5_reference(
+                    relative, bidirectional, num_buckets, max_distance, _correctly_rounded_log
+                )
+                assert np.array_equal(ours, reference), (bidirectional, num_buckets, max_distance)

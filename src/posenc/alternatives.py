@@ -288,6 +288,16 @@ def t5_relative_position_bucket(
     direction, with b buckets, distances below b/2 each get their own bucket;
     larger ones are spread logarithmically up to ``max_distance`` and everything
     at or beyond it shares the last bucket (Raffel et al. 2020, section 2.1).
+
+    The logarithmic buckets are computed as T5's reference code computes them, in
+    float32: ``exact + int(log(d / exact) / log(max_distance / exact) * (b - exact))``
+    with every operation on float32 numbers, each correctly rounded. Checkpoints were
+    trained with that arithmetic, and at distances where the real-number value is a
+    whole number it decides the bucket: ``t5_relative_position_bucket(-64,
+    bidirectional=False, num_buckets=9, max_distance=128)`` is 8 in float32, where
+    float64 gives 3.9999999999999996 and bucket 7. A float32 ``log`` that is not
+    correctly rounded (a vectorised library's) can still move such a boundary distance
+    by one bucket; no rule independent of that library can match it everywhere.
     """
     bidirectional = flag("bidirectional", bidirectional)
     num_buckets = integer("num_buckets", num_buckets, minimum=4 if bidirectional else 2)
@@ -307,10 +317,14 @@ def t5_relative_position_bucket(
             f"max_distance must exceed the {exact} exactly-bucketed distances, "
             f"got max_distance={max_distance} with num_buckets={num_buckets}"
         )
+    f32 = np.float32
     with np.errstate(divide="ignore"):  # log(0) for the small distances, discarded below
-        scaled = np.log(distance / exact) / math.log(max_distance / exact)
-    logarithmic = exact + np.floor(np.maximum(scaled, 0.0) * (num_buckets - exact))
-    logarithmic = np.minimum(logarithmic, num_buckets - 1).astype(np.int64)
+        ratio = distance.astype(f32) / f32(exact)
+        # float32 log, correctly rounded: the float64 log rounded once
+        log_ratio = np.log(ratio.astype(np.float64)).astype(f32)
+    scaled = log_ratio / f32(math.log(max_distance / exact)) * f32(num_buckets - exact)
+    whole = np.trunc(np.maximum(scaled, f32(0))).astype(np.int64)  # as .to(torch.long)
+    logarithmic = np.minimum(exact + whole, num_buckets - 1)
     buckets += np.where(distance < exact, distance, logarithmic)
     return buckets
 
