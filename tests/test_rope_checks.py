@@ -55,6 +55,22 @@ def test_float32_angles_are_named_far_out_and_even_near_zero():
     only(check_rope_cache(*museum.float32_rope_cache(2048, 128)), "angles computed in float32")
 
 
+@pytest.mark.parametrize("name", ["bfloat16", "float16"])
+def test_angles_in_a_narrower_format_are_named(name):
+    theta = (1e4 ** (-np.arange(0, 64, 2) / 64)).astype(np.float32)
+    if name == "bfloat16":
+        narrow = museum.round_to_bfloat16
+    else:
+
+        def narrow(values):
+            return np.asarray(values, dtype=np.float32).astype(np.float16).astype(np.float32)
+
+    angles = narrow(np.outer(narrow(np.arange(200, dtype=np.float32)), narrow(theta)))
+    cos, sin = np.cos(angles), np.sin(angles)
+    findings = check_rope_cache(np.concatenate([cos, cos], 1), np.concatenate([sin, sin], 1))
+    only(findings, f"looks like angles computed in {name}")
+
+
 def test_the_other_pairing_is_named():
     only(
         check_rope_cache(*cache(256, 64, pairing="interleaved")),

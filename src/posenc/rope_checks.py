@@ -25,14 +25,12 @@ import math
 import numpy as np
 
 from posenc import _validation
-from posenc.checks import PRECISIONS, _growth
+from posenc.checks import _EPS, PRECISIONS, _growth
 from posenc.long_context import scaled_frequencies
 
 __all__ = ["PAIRINGS", "check_rope_cache"]
 
 PAIRINGS = ("half", "interleaved")
-# Machine epsilon of the dtypes a cache may come in.
-_EPS = {"float64": 2.0**-52, "float32": 2.0**-23, "float16": 2.0**-10, "bfloat16": 2.0**-7}
 # Angles computed in a narrow format are off by up to a few roundings of the angle.
 ANGLE_ROUNDINGS = 4
 # Context lengths tried for the scaling methods that need one (powers of two).
