@@ -377,7 +377,7 @@ def test_noise_is_an_unexplained_deviation_not_a_precision():
 
 def test_angle_arithmetic_is_named_only_when_the_error_grows():
     findings = check(museum.low_precision_angles(100, 64, precision="float16"))
-    only(findings, "errors grow with the angle (fitted")
+    only(findings, "errors grow with the angle as rounding angles to")
 
 
 # ---- torch tensors as they come ------------------------------------------------------

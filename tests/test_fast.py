@@ -152,13 +152,38 @@ def test_threads_change_nothing_bit_for_bit(monkeypatch, start):
     assert np.array_equal(threaded, sinusoidal(1000, 64, start=start, dtype=np.float32))
 
 
+def test_every_thread_keeps_its_ufunc_buffers_small(monkeypatch):
+    # NumPy's buffer size is a setting of each thread: the pool's threads must set it
+    # themselves, or a broadcast product costs each of them a 128 KiB buffer.
+    monkeypatch.setattr(fast, "THREADED_MIN_PRODUCTS", 1)
+    monkeypatch.setattr(fast, "THREADS", 4)
+    monkeypatch.setattr(fast, "_pool", None)
+    seen = []
+
+    def multiply(*args, **kwargs):
+        seen.append(np.getbufsize())
+        return np.multiply(*args, **kwargs)
+
+    out = np.empty((8, 16), dtype=np.complex64)
+    fast._threaded(
+        multiply, np.ones((1, 16), np.complex64), np.ones((8, 1)), out=out, min_entries=1
+    )
+    assert len(seen) == 4 and set(seen) == {fast._UFUNC_BUFFER}
+    assert np.getbufsize() != fast._UFUNC_BUFFER  # the caller's setting is left alone
+
+
+@pytest.mark.parametrize("threads", [fast.THREADS, 8])
 @pytest.mark.parametrize("out", [False, True])
-def test_the_only_large_temporary_is_the_block_starts(out):
+def test_the_only_large_temporary_is_the_block_starts(monkeypatch, out, threads):
     # The exact values and the turns live in the table's own memory, products are made
     # a few rows at a time and ufunc buffers are kept small: beyond the output, the
-    # peak is the block starts (one complex64 row per block) and pieces below 128 KiB.
+    # peak is the block starts (one complex64 row per block), pieces below 128 KiB, and
+    # one ufunc buffer (_UFUNC_BUFFER complex64 values) for each thread that multiplies
+    # at once. Run with this machine's thread count and with the most any machine uses.
     import tracemalloc
 
+    monkeypatch.setattr(fast, "THREADS", threads)
+    monkeypatch.setattr(fast, "_pool", None)
     length, d_model = 8192, 1024
     buffer = np.empty((length, d_model), dtype=np.float32) if out else None
     sinusoidal(length, d_model, dtype=np.float32, out=buffer)  # threads started
@@ -170,4 +195,5 @@ def test_the_only_large_temporary_is_the_block_starts(out):
     finally:
         tracemalloc.stop()
     extra = peak - (0 if out else table.nbytes)
-    assert extra <= starts_bytes + 2 * fast._TEMPORARY_BYTES + 64 * 1024, extra
+    buffers = threads * fast._UFUNC_BUFFER * np.dtype(np.complex64).itemsize
+    assert extra <= starts_bytes + 2 * fast._TEMPORARY_BYTES + buffers + 64 * 1024, extra

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import base64
 import io
+import json
+import math
+import os
 import shlex
 import subprocess
 import sys
@@ -33,16 +36,143 @@ def test_every_chapter_runs_unchanged_under_other_cpu_configurations():
 
 
 def test_the_configurations_switch_every_library_named_in_the_book():
-    for variables in portability.CONFIGURATIONS.values():
-        assert set(variables) == {
-            "NPY_DISABLE_CPU_FEATURES",
-            "OPENBLAS_CORETYPE",
-            "ATEN_CPU_CAPABILITY",
-            "MKL_ENABLE_INSTRUCTIONS",
-        }
+    switches = {
+        "NPY_DISABLE_CPU_FEATURES",
+        "OPENBLAS_CORETYPE",
+        "ATEN_CPU_CAPABILITY",
+        "ONEDNN_MAX_CPU_ISA",
+        "MKL_ENABLE_INSTRUCTIONS",
+    }
+    for name, variables in portability.CONFIGURATIONS.items():
+        preload = {"LD_PRELOAD"} if name == "other-libm" else set()
+        assert set(variables) == switches | preload, name
     env = execute_notebooks._kernel_env("x86-64-v2")
-    assert env["NPY_DISABLE_CPU_FEATURES"] == "X86_V3 X86_V4 AVX512_ICL"
+    assert set(env["NPY_DISABLE_CPU_FEATURES"].split()) >= {"X86_V3", "X86_V4", "AVX512_ICL"}
     assert env["PYTHONHASHSEED"] == "0"
+
+
+def test_numpy_targets_above_the_level_are_derived_not_listed():
+    # NumPy ignores a name it does not know, so the list comes from its own targets:
+    # NumPy 2's groups, NumPy 1's extensions, and a target added later all turn off.
+    numpy2 = ["X86_V3", "X86_V4", "AVX512_ICL", "AVX512_SPR"]
+    assert portability.numpy_disabled("avx2", numpy2) == ["X86_V4", "AVX512_ICL", "AVX512_SPR"]
+    assert portability.numpy_disabled("x86-64-v2", numpy2) == numpy2
+    numpy1 = ["SSSE3", "SSE41", "POPCNT", "SSE42", "AVX", "F16C", "FMA3", "AVX2", "AVX512F"]
+    numpy1 += ["AVX512_SKX", "AVX512_CLX", "AVX512_CNL", "AVX512_ICL", "AVX512_SPR"]
+    assert portability.numpy_disabled("avx2", numpy1) == numpy1[8:]
+    assert portability.numpy_disabled("x86-64-v2", numpy1) == numpy1[4:]
+    assert portability.numpy_disabled("avx2", ["X86_V3", "AVX10_2"]) == ["AVX10_2"]
+
+
+@pytest.mark.parametrize("name", sorted(portability.LEVELS))
+def test_a_kernel_under_each_configuration_has_nothing_above_its_level(name):
+    """In a process run as the configuration says, NumPy has no target above the
+    level left on, and PyTorch picks the level's kernels."""
+    probe = (
+        "import json, torch\n"
+        "from tools import portability\n"
+        "dispatch, features = portability._numpy_dispatch()\n"
+        "print(json.dumps([[t for t in dispatch if features.get(t)],"
+        " torch.backends.cpu.get_cpu_capability()]))"
+    )
+    env = {**os.environ, **portability.environment(name)}
+    result = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    numpy_on, torch_capability = json.loads(result.stdout.splitlines()[-1])
+    assert set(numpy_on) <= portability.LEVELS[name].numpy, numpy_on
+    level = portability.LEVELS[name].switches["ATEN_CPU_CAPABILITY"]
+    assert torch_capability in {level.upper(), "DEFAULT"}, torch_capability
+
+
+def test_describe_names_what_a_configuration_turns_off_here():
+    for name in portability.LEVELS:
+        line = portability.describe(name)
+        assert line.startswith(f"{name}: ")
+        assert ("another math library" in line) == (name == "other-libm")
+
+
+OTHER_LIBM_PROBE = """
+import json, math
+import numpy as np
+x = np.linspace(0.05, 40.0, 4001)
+print(json.dumps({
+    "numpy": {f: getattr(np, f)(x).tolist() for f in ("log", "exp", "log10")},
+    "pow": [float(np.power(10000.0, -k / 64)) for k in range(64)],
+    "pow_glibc": [10000.0 ** (-k / 64) for k in range(64)],
+    "powf": np.power(np.float32(10000), -np.arange(64, dtype=np.float32) / 64).tolist(),
+    "exact": [
+        float(v)
+        for v in (np.power(16.0, 0.5), np.log(1.0), np.exp2(-33.0), np.float32(4) ** 0.5)
+    ],
+    "math_log": math.log(3.3),
+}))
+"""
+
+
+@pytest.mark.slow
+def test_the_other_libm_is_faithful_and_other():
+    """Under other-libm NumPy's inexact results are the other neighbour of the true
+    value than glibc's nearest one, exact results stay exact, and nothing but NumPy
+    is touched."""
+    import mpmath
+
+    env = {**os.environ, **portability.environment("other-libm")}
+    result = subprocess.run(
+        [sys.executable, "-c", OTHER_LIBM_PROBE], env=env, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    got = json.loads(result.stdout)
+    xs = np.linspace(0.05, 40.0, 4001).tolist()
+    mpmath.mp.prec = 200
+    other = 0
+    for name in ("log", "exp", "log10"):
+        for x, mine in zip(xs, got["numpy"][name], strict=True):
+            true = getattr(mpmath, name)(mpmath.mpf(x))
+            nearest = float(true)
+            assert abs(mine - true) < np.spacing(abs(nearest)), (name, x)  # faithful
+            other += mine != nearest
+    assert other > 0.9 * 3 * len(xs)  # all but the results too close to call
+    assert all(a != b for a, b in zip(got["pow"][1:], got["pow_glibc"][1:], strict=True))
+    exact32 = (np.float32(10000) ** (-np.arange(64, dtype=np.float32) / 64)).astype(np.float64)
+    assert np.all(np.abs(np.array(got["powf"]) - exact32) <= np.spacing(exact32.astype(np.float32)))
+    assert got["exact"] == [4.0, 0.0, 2.0**-33, 2.0]
+    assert got["math_log"] == math.log(3.3)  # CPython's math calls glibc on every CPU
+
+
+@pytest.mark.slow
+def test_other_libm_shows_a_digit_that_depends_on_the_math_library(tmp_path):
+    """A last digit of np.log differs under other-libm; the same value to six digits,
+    and glibc's own through Python's math, do not."""
+    path = tmp_path / "01_libm.ipynb"
+    cells = [
+        new_markdown_cell("# L"),
+        new_code_cell("import numpy as np\nprint(repr(float(np.log(3.3))))", id="last"),
+        new_code_cell("import math\nprint(f'{np.log(3.3):.6f}', math.log(3.3))", id="stable"),
+    ]
+    nb = new_notebook(cells=cells)
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3"}
+    nbformat.write(nb, path)
+    outputs = {}
+    for name in ("avx2", "other-libm"):
+        executed = nbformat.reads(execute_notebooks.execute(path, cpu=name), as_version=4)
+        outputs[name] = [cell.outputs[0]["text"] for cell in executed.cells[1:]]
+    assert outputs["avx2"][0] != outputs["other-libm"][0]
+    assert outputs["avx2"][1] == outputs["other-libm"][1]
+
+
+def test_the_other_libm_is_built_from_its_source_once(tmp_path, monkeypatch):
+    library = tmp_path / "other_libm.so"
+    monkeypatch.setattr(portability, "OTHER_LIBM", library)
+    assert portability.build_other_libm() == library and library.exists()
+    built = library.stat().st_mtime_ns
+    assert portability.build_other_libm() == library
+    assert library.stat().st_mtime_ns == built  # up to date: not built again
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
+    library.unlink()
+    with pytest.raises(RuntimeError, match="needs a C compiler"):
+        portability.build_other_libm()
 
 
 @pytest.mark.slow

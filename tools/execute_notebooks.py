@@ -35,7 +35,7 @@ from nbclient import NotebookClient
 
 from tools.compare_outputs import VOLATILE_MARK, differences
 from tools.notebook_checks import WIDGET_STATE, WIDGET_VIEW
-from tools.portability import CONFIGURATIONS
+from tools.portability import CONFIGURATIONS, environment
 
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
 CELL_TIMEOUT_SECONDS = 600
@@ -117,7 +117,7 @@ def execute(path: Path, *, cpu: str | None = None, allow_errors: bool = False) -
 def _kernel_env(cpu: str | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONHASHSEED"] = "0"
-    env.update(CONFIGURATIONS[cpu] if cpu else {})
+    env.update(environment(cpu) if cpu else {})
     return env
 
 

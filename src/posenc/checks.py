@@ -585,12 +585,21 @@ def _growth(error: np.ndarray, sizes: np.ndarray) -> float | None:
     return float(np.sum(top * reach) / np.sum(reach * reach))
 
 
-def _precision(ctx: _Context, error, sizes, positions, name: str, slope: float) -> str:
+def _growth_rate(name: str) -> str:
+    """How errors grow when angles are computed in the format ``name``: the bound the
+    explanation was checked against, never the fitted slope, whose digits depend on the
+    machine that built the table (a libm or SIMD kernel one ulp apart moves them)."""
+    return (
+        f"as rounding angles to {name} does (at most {ANGLE_ROUNDINGS} roundings "
+        f"of {PRECISIONS[name]:.2g} per radian)"
+    )
+
+
+def _precision(ctx: _Context, error, positions, name: str) -> str:
     """The finding for angles computed in the format ``name``: where the error is worst."""
     row, column = np.unravel_index(np.argmax(error), error.shape)
     return (
-        f"errors grow with the angle (fitted: about {slope:.2g} per radian, the size of "
-        f"{name}'s rounding, {PRECISIONS[name]:.2g}), up to {error[row, column]:.2g} at "
+        f"errors grow with the angle {_growth_rate(name)}, up to {error[row, column]:.2g} at "
         f"position {_number(positions[ctx.rows][row])} (column {column}): looks like angles "
         f"computed in {name}"
     )
@@ -834,12 +843,9 @@ def check_sinusoidal_table(
             continue
         explanation, freqs, positions_found, fitted = found
         error, sizes = _errors(ctx, explanation, freqs, positions_found)
-        slope = _growth(error, sizes)
-        if slope is not None:
+        if _growth(error, sizes) is not None:
             described = _describe(explanation, ctx, positions_found, fitted)
-            return (
-                findings + described + [_precision(ctx, error, sizes, positions_found, name, slope)]
-            )
+            return findings + described + [_precision(ctx, error, positions_found, name)]
         break  # the first precision that fits shows no growth: not arithmetic
     return [*findings, _unexplained(ctx)]
 

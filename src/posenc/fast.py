@@ -101,15 +101,19 @@ def _exact(values: np.ndarray, frequencies: np.ndarray, out: np.ndarray | None =
 def _threaded(ufunc, a: np.ndarray, b: np.ndarray, *, out: np.ndarray, min_entries: int):
     """``ufunc(a, b, out=out)`` (or ``ufunc(a, out=out)`` when b is out), its rows split
     between up to THREADS threads when out has at least ``min_entries`` entries.
-    ``a`` and ``b`` broadcast against ``out``."""
+    ``a`` and ``b`` broadcast against ``out``. The buffer size is a per-thread setting,
+    so each thread sets it: a broadcast operand costs every thread one small buffer
+    (_UFUNC_BUFFER elements), and the memory beyond the output grows with the threads
+    by that much each."""
     threads = min(THREADS, out.shape[0]) if out.size >= min_entries else 1
 
     def part(lo, hi):
         first = a if a.shape[0] == 1 else a[lo:hi]
-        if b is out:
-            ufunc(first, out=out[lo:hi])
-        else:
-            ufunc(first, b if b.shape[0] == 1 else b[lo:hi], out=out[lo:hi])
+        with _small_ufunc_buffers():
+            if b is out:
+                ufunc(first, out=out[lo:hi])
+            else:
+                ufunc(first, b if b.shape[0] == 1 else b[lo:hi], out=out[lo:hi])
 
     if threads <= 1:
         part(0, out.shape[0])

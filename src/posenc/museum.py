@@ -387,14 +387,20 @@ def float32_rope_cache(length, dim, *, base=10000.0, start=0) -> tuple[np.ndarra
     ``position * inv_freq`` are computed in float32, and the pair values are stored
     twice, in two halves (``cat((freqs, freqs))``): shape ``(length, dim)``, float32.
     At position 100,000 the float32 angles put an error of about 1e-3 into cos and sin.
+
+    Each float32 step is correctly rounded (the power, cosine and sine are computed in
+    float64 and rounded once), so the cache is the same on every machine. A float32
+    ``pow`` or ``cos`` from a library differs from machine to machine by an ulp (NumPy's
+    AVX-512 kernels and glibc disagree on some frequencies), and one ulp of a frequency
+    moves an angle near position 100,000 by an ulp of the angle, 2**-7.
     """
     length = _validation.integer("length", length, minimum=0)
     dim = _validation.integer("dim", dim, minimum=2)
     base = _validation.positive_finite("base", base)
     start = _validation.integer("start", start, minimum=0, maximum=2**24)
     exponents = np.arange(0, dim, 2).astype(np.float32) / np.float32(dim)
-    inv_freq = np.float32(1.0) / np.power(np.float32(base), exponents)
+    inv_freq = np.float32(1.0) / np.power(base, exponents.astype(np.float64)).astype(np.float32)
     t = np.arange(start, start + length).astype(np.float32)
     freqs = np.outer(t, inv_freq)
-    emb = np.concatenate([freqs, freqs], axis=-1)
-    return np.cos(emb), np.sin(emb)
+    emb = np.concatenate([freqs, freqs], axis=-1).astype(np.float64)
+    return np.cos(emb).astype(np.float32), np.sin(emb).astype(np.float32)

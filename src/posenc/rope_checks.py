@@ -25,14 +25,12 @@ import math
 import numpy as np
 
 from posenc import _validation
-from posenc.checks import _EPS, PRECISIONS, _growth
+from posenc.checks import _EPS, ANGLE_ROUNDINGS, PRECISIONS, _growth, _growth_rate
 from posenc.long_context import scaled_frequencies
 
 __all__ = ["PAIRINGS", "check_rope_cache"]
 
 PAIRINGS = ("half", "interleaved")
-# Angles computed in a narrow format are off by up to a few roundings of the angle.
-ANGLE_ROUNDINGS = 4
 # Context lengths tried for the scaling methods that need one (powers of two).
 ORIGINAL_LENGTHS = tuple(2**k for k in range(7, 21))
 
@@ -235,13 +233,12 @@ def check_rope_cache(
         if _explained(cos_unit, sin_unit, declared, expected, tolerance, name):
             angles = declared[:, None] * expected[None, :]
             error = np.maximum(np.abs(cos_unit - np.cos(angles)), np.abs(sin_unit - np.sin(angles)))
-            slope = _growth(error, np.abs(angles))
-            if slope is not None:
+            if _growth(error, np.abs(angles)) is not None:
                 row = int(np.argmax(error.max(axis=1)))
                 return [
                     *findings,
-                    f"errors grow with the position (fitted: about {slope:.2g} per radian "
-                    f"of angle), up to {error.max():.2g} at position {declared[row]:g}: "
+                    f"errors grow with the position {_growth_rate(name)}, up to "
+                    f"{error.max():.2g} at position {declared[row]:g}: "
                     f"looks like angles computed in {name} (positions times frequencies in "
                     f"{name}, as torch code that builds the cache in the model's dtype "
                     f"does); compute them in float64 and round once",
