@@ -14,7 +14,7 @@ export JUPYTER_PATH := $(CURDIR)/$(VENV)/share/jupyter
 export JUPYTER_PLATFORM_DIRS := 1
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
-.PHONY: all book test lint execute bench lock clean
+.PHONY: all book pdf test lint execute bench lock clean
 
 all: book
 
@@ -32,9 +32,15 @@ $(NODE_STAMP): package.json package-lock.json
 	npm ci --no-audit --no-fund --ignore-scripts --loglevel=error
 	@touch $(NODE_STAMP)
 
-## book: build the static site into _build/html (strict: any warning fails)
+## book: build the static site into _build/html (strict: any warning fails), with the
+## PDF of the whole book in it
 book: $(STAMP) $(NODE_STAMP)
 	$(BIN)/jupyter-book build . --builder html -n -W --keep-going
+	$(BIN)/python -m tools.pdf
+
+## pdf: print the built site into _build/html/positional-encoding.pdf (needs Chromium)
+pdf: $(STAMP)
+	$(BIN)/python -m tools.pdf
 
 ## test: everything CI checks
 test: $(STAMP) lint book

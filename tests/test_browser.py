@@ -26,9 +26,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import pytest
-from tools.site_server import CHROMIUM_ARGS, chromium_path, serve
+from tools.site_server import CHROMIUM_ARGS, SELECTORS, WAIT_FOR_RENDERING, chromium_path, serve
+from tools.toc import toc_entries
 
-from conftest import ROOT, toc_entries
+from conftest import ROOT
 
 HTML = ROOT / "_build" / "html"
 SCREENSHOTS = ROOT / "_build" / "screenshots"
@@ -88,12 +89,6 @@ class Visit:
         return [v for v in self.violations if v["impact"] in BLOCKING]
 
 
-# A stored widget's view (a script the widget manager replaces) and a rendered top widget.
-SELECTORS = """
-  const VIEWS = 'script[type="application/vnd.jupyter.widget-view+json"]';
-  const RENDERED = '.jupyter-widgets.widget-container, .jupyter-widgets.widget-box';
-"""
-
 # Read in the page after it has loaded, MathJax has typeset and the widgets have rendered.
 DOM_FACTS = (
     """() => {"""
@@ -129,22 +124,6 @@ RUN_AXE = """async () => {
     count: v.nodes.length,
   }));
 }"""
-
-WAIT_FOR_RENDERING = (
-    """async () => {"""
-    + SELECTORS
-    + """
-  if (window.MathJax && MathJax.startup && MathJax.startup.promise) {
-    await MathJax.startup.promise;
-  }
-  const views = document.querySelectorAll(VIEWS);
-  const start = Date.now();
-  while (views.length && Date.now() - start < 20000) {
-    if (document.querySelectorAll(RENDERED).length >= views.length) break;
-    await new Promise(r => setTimeout(r, 100));
-  }
-}"""
-)
 
 
 @pytest.fixture(scope="module")
@@ -360,3 +339,95 @@ def test_the_clocks_play_in_the_page_without_a_kernel(browser, origin):
     assert "row 31 " in last
     assert not errors and not blocked, (errors, blocked)
     context.close()
+
+
+# ---- reading at every width ----------------------------------------------------------
+
+MENU_PAGE = "notebooks/06_properties.html"
+
+
+def _open(browser, origin, page_path: str, width: int):
+    context = browser.new_context(viewport={"width": width, "height": 844})
+    context.set_default_timeout(TIMEOUT_MS)
+    page = context.new_page()
+    blocked: list[str] = []
+    _block_other_hosts(page, origin, blocked)
+    page.goto(f"{origin}/{page_path}")
+    page.evaluate(WAIT_FOR_RENDERING)
+    return context, page, blocked
+
+
+SIDEBAR_RIGHT = "() => document.getElementById('pst-primary-sidebar').getBoundingClientRect().right"
+
+
+@pytest.mark.parametrize("width", [390, 900])
+def test_the_chapter_menu_opens_on_phones_and_tablets_and_its_links_work(browser, origin, width):
+    """Below 992 px the chapters' menu is a drawer that the page's one menu button opens
+    (a second, hidden button once took the theme's handler and the menu never opened)."""
+    context, page, blocked = _open(browser, origin, MENU_PAGE, width)
+    toggle = page.locator(".primary-toggle")
+    assert toggle.count() == 1, "one menu button, the one the theme's script binds"
+    assert page.evaluate(SIDEBAR_RIGHT) <= 0, "the menu is closed at first"
+    toggle.click()
+    # The theme moves the menu into a modal dialog while it is open.
+    assert page.evaluate("() => document.getElementById('pst-primary-sidebar-modal').open")
+    link = page.locator("#pst-primary-sidebar-modal a", has_text="Stretching RoPE")
+    link.click()
+    page.wait_for_url("**/notebooks/10_long_context.html")
+    assert "Stretching RoPE" in page.title()
+    assert not blocked, blocked
+    context.close()
+
+
+def test_the_menu_button_hides_the_sidebar_on_a_desktop(browser, origin):
+    context, page, _ = _open(browser, origin, MENU_PAGE, 1366)
+    assert page.evaluate(SIDEBAR_RIGHT) > 200, "the sidebar shows beside the text"
+    page.locator(".primary-toggle").click()
+    page.wait_for_function(f"() => ({SIDEBAR_RIGHT})() <= 0")
+    context.close()
+
+
+def test_no_top_bar_repeats_the_search(visits, origin):
+    """The theme's empty navbar (a second search box, 64 px on every page) is gone."""
+    html = (HTML / MENU_PAGE).read_text(encoding="utf-8")
+    assert 'id="pst-header"' not in html
+    assert html.count("search-button-field") == 1
+
+
+PAGE_FITS = """() => ({
+  page: document.documentElement.scrollWidth,
+  screen: document.documentElement.clientWidth,
+  outputs: Array.from(document.querySelectorAll('div.cell_output div.output pre'))
+    .filter(p => p.scrollWidth > p.clientWidth + 1)
+    .map(p => p.textContent.slice(0, 60)),
+})"""
+
+
+@pytest.fixture(scope="module")
+def phone(browser):
+    context = browser.new_context(viewport={"width": 390, "height": 844})
+    context.set_default_timeout(TIMEOUT_MS)
+    yield context
+    context.close()
+
+
+@pytest.mark.parametrize("page_path", PAGES)
+def test_nothing_is_wider_than_a_phone(phone, origin, page_path):
+    """At 390 px no page scrolls sideways: outputs wrap, long inline code breaks, wide
+    equations and tables scroll inside their own box."""
+    page = phone.new_page()
+    _block_other_hosts(page, origin, [])
+    page.goto(f"{origin}/{page_path}")
+    page.evaluate(WAIT_FOR_RENDERING)
+    fits = page.evaluate(PAGE_FITS)
+    page.close()
+    assert fits["page"] <= fits["screen"], f"{page_path} is {fits['page']} px wide at 390"
+    assert not fits["outputs"], fits["outputs"]
+
+
+@pytest.mark.parametrize("page_path", CHAPTERS)
+def test_text_outputs_need_no_sideways_scroll_on_a_desktop(browser, origin, page_path):
+    context, page, _ = _open(browser, origin, page_path, 1366)
+    fits = page.evaluate(PAGE_FITS)
+    context.close()
+    assert not fits["outputs"], f"{page_path}: outputs wider than the column {fits['outputs']}"

@@ -110,7 +110,11 @@ def test_volatile_cells_do_not_count_as_changes(tmp_path):
     """A timing cell prints something new each run; only the other cells are compared."""
     path = tmp_path / "04_timing.ipynb"
     cells = [
-        new_code_cell("# NBVAL_IGNORE_OUTPUT\nimport time\ntime.perf_counter_ns()", id="clock"),
+        new_code_cell(
+            "import time\ntime.perf_counter_ns()",
+            id="clock",
+            metadata={"tags": ["nbval-ignore-output"]},
+        ),
         new_code_cell("6 * 7", id="answer"),
     ]
     nb = new_notebook(cells=cells)

@@ -12,8 +12,9 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 from tools import notebook_checks
+from tools.toc import toc_entries
 
-from conftest import NOTEBOOKS, ROOT, toc_entries
+from conftest import NOTEBOOKS, ROOT
 
 
 def test_there_are_chapters():
@@ -100,7 +101,12 @@ def _stderr(nb):
 
 
 def _ignored_claim(nb):
-    nb.cells[1].source = "# NBVAL_IGNORE_OUTPUT\nassert x == 1"
+    nb.cells[1].source = "assert x == 1"
+    nb.cells[1].metadata["tags"] = ["nbval-ignore-output"]
+
+
+def _marker_in_the_code(nb):
+    nb.cells[1].source = "# NBVAL_IGNORE_OUTPUT\nx = 1"
 
 
 def _marker_nbval_does_not_read(nb):
@@ -117,6 +123,14 @@ def _pinned_digits_in_a_tuple(nb):
 
 def _figure_without_caption(nb):
     nb.cells[1].outputs = [new_output("display_data", {"image/png": "iVBORw0KGgo="})]
+
+
+def _plain_maths_in_a_caption(nb):
+    nb.cells[1].outputs = [new_output("display_data", {"image/png": "iVBORw0KGgo="})]
+    nb.cells[1].metadata["mystnb"] = {
+        "figure": {"caption": "What M_10 does; $M_{10}$ is fine", "name": "fig-x"},
+        "image": {"alt": "a picture"},
+    }
 
 
 def _unnamed_source(text):
@@ -199,11 +213,13 @@ def _player(link_slider=True, extra=None):
         (_output("<object at 0x7f3a2b1c9d00>"), "memory address"),
         (_output("run at 2026-11-22 08:30:01"), "timestamp"),
         (_stderr, "stderr"),
-        (_ignored_claim, "NBVAL_IGNORE_OUTPUT on a cell that asserts"),
-        (_marker_nbval_does_not_read, "nbval does not read this"),
+        (_ignored_claim, "nbval-ignore-output on a cell that asserts"),
+        (_marker_in_the_code, "shows on the site"),
+        (_marker_nbval_does_not_read, "shows on the site"),
         (_pinned_digits, "printed digits of a float"),
         (_pinned_digits_in_a_tuple, "printed digits of a float"),
         (_figure_without_caption, "without a caption"),
+        (_plain_maths_in_a_caption, "caption writes maths as plain text ['M_1']"),
         (_unnamed_source("As one write-up puts it, ..."), "unnamed source"),
         (_unnamed_source(":::{admonition} Errata: a slip"), "unnamed source"),
         (_unnamed_source("Two tutorials repeat the claim."), "unnamed source"),

@@ -274,6 +274,11 @@ def test_volatile_cells_errors_and_the_sanitizer():
     assert compare_outputs.differences(one, two, patterns=[])
 
 
+def test_the_volatile_tag_is_read_as_nbval_reads_it():
+    assert compare_outputs.is_volatile("x", ["hide-input", "nbval-ignore-output"])
+    assert not compare_outputs.is_volatile("x", ["hide-input"])
+
+
 def test_the_volatile_marker_is_read_as_nbval_reads_it():
     assert compare_outputs.is_volatile("# NBVAL_IGNORE_OUTPUT\n# (a timing)\nx")
     assert compare_outputs.is_volatile("x = 1\n  #  NBVAL_IGNORE_OUTPUT  ")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -14,10 +15,18 @@ import nbformat
 import pytest
 from tools import install_cell
 from tools.notebook_checks import WIDGET_STATE, WIDGET_VIEW, needs_a_kernel
+from tools.pdf import PDF_NAME
+from tools.site_server import chromium_path
+from tools.toc import toc_entries
 
-from conftest import NOTEBOOKS, ROOT, Elements, network_can_be_cut, toc_entries
+from conftest import NOTEBOOKS, ROOT, Elements, network_can_be_cut
 
 HTML = ROOT / "_build" / "html"
+
+
+def can_print() -> bool:
+    """Whether `make book` could print the PDF here: a browser, or CI (which needs one)."""
+    return chromium_path() is not None or bool(os.environ.get("CI"))
 
 
 class Page(HTMLParser):
@@ -74,6 +83,8 @@ def test_internal_links_resolve(page):
         if re.match(r"^[a-z]+:", href) or href.startswith("#"):
             continue
         target = (base / href.split("#")[0]).resolve()
+        if target.name == PDF_NAME and not target.exists() and not can_print():
+            continue  # no browser to print the PDF with here (tests/test_pdf.py says so)
         assert target.exists(), f"{page}: link {href} points nowhere"
 
 
@@ -205,3 +216,95 @@ def test_the_install_cell_is_in_the_notebook_but_not_on_the_page(path):
     assert "invalidate_caches" not in " ".join(page.text)
     source = install_cell.first_code_cell(nbformat.read(path, as_version=4)).source
     assert "invalidate_caches" in source
+
+
+# ---- the front door, the tab titles, the page descriptions ---------------------------
+
+LANDING = "book/intro.html"
+
+
+def test_the_landing_page_is_a_front_door():
+    """Cover, who the book is for, a button to start, the PDF, reading paths, and no
+    contents list repeating the sidebar."""
+    text = (HTML / LANDING).read_text(encoding="utf-8")
+    page = read_page(LANDING)
+    covers = [i for i in page.images if "cover" in (i.get("src") or "")]
+    assert covers and "sinusoidal positional encoding" in covers[0]["alt"]
+    body = " ".join(" ".join(page.text).split())
+    assert "This book is for readers who know Python" in body
+    start = re.search(r'<a [^>]*href="([^"]+)"[^>]*>\s*<span>Start reading', text)
+    assert start and start.group(1) == "../notebooks/01_permutation_invariance.html"
+    assert "../positional-encoding.pdf" in page.links
+    assert "RoPE in an afternoon" in body and "The whole story" in body
+    article = text.split('<article class="bd-article">', 1)[1].split("</article>", 1)[0]
+    listed = re.findall(r'class="toctree-wrapper[^"]*">\s*<(?!/div)', article)
+    assert not listed, "the landing page repeats the contents list"
+
+
+def test_tab_titles_name_each_page_once():
+    title = re.compile(r"<title>(.*?)</title>")
+    landing = title.search((HTML / LANDING).read_text(encoding="utf-8")).group(1)
+    assert landing == "Positional Encoding in Transformers"
+    chapter = title.search((HTML / "notebooks/06_properties.html").read_text()).group(1)
+    assert (
+        chapter == "6. Properties you can see and check &#8212; Positional Encoding in Transformers"
+    )
+
+
+META = re.compile(r'<meta (name|property)="([^"]+)" content="([^"]*)"')
+
+
+@pytest.mark.parametrize("page", toc_pages())
+def test_every_page_describes_itself_for_search_and_link_previews(page):
+    tags = {key: value for _, key, value in META.findall((HTML / page).read_text("utf-8"))}
+    description = tags.get("description", "")
+    assert 40 <= len(description) <= 160, f"{page}: description {description!r}"
+    assert tags["og:description"] == description
+    assert tags["og:url"] == f"https://posenc-book.github.io/positional-encoding/{page}"
+    assert tags["og:image"].endswith("/_static/cover.png")
+    assert (HTML / "_static" / "cover.png").exists()
+
+
+def test_the_cover_is_what_its_script_draws():
+    from tools import compare_outputs, cover
+
+    difference = compare_outputs.picture_difference(cover.COVER.read_bytes(), cover.draw())
+    assert difference <= compare_outputs.PIXEL_TOLERANCE, "run `python -m tools.cover`"
+
+
+# ---- the bibliography ---------------------------------------------------------------
+
+LABEL = re.compile(r'<span class="label"><span class="fn-bracket">\[</span>(.*?)<span')
+
+
+def test_bibliography_labels_are_author_year_as_the_text_cites():
+    html = (HTML / "book/bibliography.html").read_text(encoding="utf-8")
+    labels = LABEL.findall(html)
+    assert len(labels) == len(re.findall(r"^@", (ROOT / "book/references.bib").read_text(), re.M))
+    for label in labels:
+        assert re.fullmatch(r".+ (\d{4}|n\.d\.)(-?[a-z])?", label), label
+    assert "Vaswani et al. 2017" in labels
+    text = " ".join(" ".join(read_page("book/bibliography.html").text).split())
+    assert "Gpt-2" not in text, "a title was put in sentence case"
+    assert not re.search(r"\b(\d{4}), \1\b", text), "a date repeats its year"
+
+
+# ---- figures: sharp, and shown at the size they were drawn for ------------------------
+
+FIGURE = re.compile(r'<img alt="[^"]*" src="\.\./_images/([0-9a-f]+\.png)" style="width: (\d+)px;"')
+
+
+@pytest.mark.parametrize("page", CHAPTER_PAGES)
+def test_figures_have_twice_the_pixels_of_their_shown_width(page):
+    """Drawn at 200 dpi (notebooks/matplotlibrc), shown at the width of 100 dpi
+    (book/_ext/figure_size.py): two image pixels per CSS pixel, sharp on a
+    high-resolution screen and when zoomed on a phone."""
+    from PIL import Image
+
+    html = (HTML / page).read_text(encoding="utf-8")
+    figures = FIGURE.findall(html)
+    plain = re.findall(r'<img alt="[^"]*" src="\.\./_images/[0-9a-f]+\.png" />', html)
+    assert not plain, f"{page}: a figure shown without its width"
+    for name, shown in figures:
+        with Image.open(HTML / "_images" / name) as image:
+            assert image.width >= 1.9 * int(shown), (page, name, image.width, shown)

@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from tools.toc import toc_entries
 
-from conftest import ROOT, toc_entries
+from conftest import ROOT
 
 STATUS_PAGE = ROOT / "_build" / "html" / "book" / "status.html"
 README = ROOT / "README.md"

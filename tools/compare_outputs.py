@@ -7,7 +7,8 @@ of a figure: a curve drawn from values that differ in the last bit may move a li
 anti-aliased edge by a fraction of a pixel. So two executions are *the same* when
 
 - every text output is equal after the project's sanitizer (``tests/nbval_sanitize.cfg``,
-  the file strict nbval uses), outputs of ``# NBVAL_IGNORE_OUTPUT`` cells left out;
+  the file strict nbval uses), outputs of cells tagged ``nbval-ignore-output`` (or
+  marked ``# NBVAL_IGNORE_OUTPUT``) left out;
 - every picture (a PNG output, a PNG inside HTML, a PNG in stored widget state) has the
   same size, and at most ``PIXEL_TOLERANCE`` of its pixels differ.
 
@@ -33,15 +34,18 @@ from PIL import Image
 ROOT = Path(__file__).resolve().parent.parent
 SANITIZE_FILE = ROOT / "tests" / "nbval_sanitize.cfg"
 VOLATILE_MARK = "NBVAL_IGNORE_OUTPUT"
+# The cell tag nbval reads as the same marker; unlike the comment, readers never see it.
+VOLATILE_TAG = "nbval-ignore-output"
 
 
-def is_volatile(source: str) -> bool:
-    """Whether nbval ignores the cell's output: a comment line that is the marker alone.
+def is_volatile(source: str, tags=()) -> bool:
+    """Whether nbval ignores the cell's output: the tag, or a comment line that is the
+    marker alone.
 
     nbval reads ``# NBVAL_IGNORE_OUTPUT`` only as a whole comment; a line such as
     ``# NBVAL_IGNORE_OUTPUT (a timing)`` is an ordinary comment to it.
     """
-    return any(
+    return VOLATILE_TAG in tags or any(
         line.strip().startswith("#") and line.strip().lstrip("#").strip() == VOLATILE_MARK
         for line in source.splitlines()
     )
@@ -120,7 +124,8 @@ def _parts(nb: dict) -> dict[str, object]:
             continue
         source = cell.get("source", "")
         source = "".join(source) if isinstance(source, list) else source
-        outputs = [] if is_volatile(source) else cell.get("outputs", [])
+        tags = cell.get("metadata", {}).get("tags", [])
+        outputs = [] if is_volatile(source, tags) else cell.get("outputs", [])
         parts[f"cell {index}"] = {
             "execution_count": cell.get("execution_count"),
             "outputs": outputs,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 from tools.chapter_metrics import is_hidden, teaching_cells
-from tools.compare_outputs import is_volatile
+from tools.compare_outputs import VOLATILE_TAG, is_volatile
 
 MAX_CODE_CELL_LINES = 40
 MACHINE_PATH = re.compile(r"(/root/|/home/|/tmp/|/work/|/Users/|/private/var/|[A-Z]:\\\\)")
@@ -93,18 +93,21 @@ def check_volatile_outputs(nb) -> list[str]:
 def check_claims_are_compared(nb) -> list[str]:
     """A cell whose output nbval ignores may not carry a claim (an assert).
 
-    The marker must be a comment line of its own, as nbval reads it: anything else on
-    the line makes nbval compare the output after all.
+    Such a cell is tagged ``nbval-ignore-output``: the comment nbval also reads would
+    show in the published code, so it is refused, and so is a marker nbval would not
+    read (anything else on its line).
     """
     findings = []
     for index, cell in _code_cells(nb):
-        if IGNORE_OUTPUT in cell.source and not is_volatile(cell.source):
+        tags = cell.get("metadata", {}).get("tags", [])
+        if IGNORE_OUTPUT in cell.source:
             findings.append(
-                f"cell {index}: nbval does not read this {IGNORE_OUTPUT}: "
-                "the marker must be a comment line of its own"
+                f"cell {index}: {IGNORE_OUTPUT} written in the code shows on the site: "
+                f"tag the cell {VOLATILE_TAG} instead"
             )
-        if IGNORE_OUTPUT in cell.source and re.search(r"^\s*assert\b", cell.source, re.M):
-            findings.append(f"cell {index}: {IGNORE_OUTPUT} on a cell that asserts a claim")
+        volatile = is_volatile(cell.source, tags)
+        if volatile and re.search(r"^\s*assert\b", cell.source, re.M):
+            findings.append(f"cell {index}: {VOLATILE_TAG} on a cell that asserts a claim")
     return findings
 
 
@@ -141,7 +144,22 @@ def check_figures(nb) -> list[str]:
             findings.append(f"cell {index}: figure without a label (mystnb.figure.name)")
         if not mystnb.get("image", {}).get("alt"):
             findings.append(f"cell {index}: figure without alt text (mystnb.image.alt)")
+        plain = PLAIN_MATHS.findall(_outside_math(mystnb.get("figure", {}).get("caption", "")))
+        if plain:
+            findings.append(
+                f"cell {index}: caption writes maths as plain text {plain[:3]}: "
+                "use $...$ (or `...` for code)"
+            )
     return findings
+
+
+# Plain-text maths in a caption, where the body typesets it: a subscript or superscript
+# (M_10, 10^4, d_model), a transpose sign, or a Greek letter outside $...$ and `...`.
+PLAIN_MATHS = re.compile(r"\w_\w|\w\^\w|[πωθαβΔΣᵀ]")
+
+
+def _outside_math(text: str) -> str:
+    return re.sub(r"\$[^$]*\$|`[^`]*`", " ", text)
 
 
 # Widgets that do nothing by themselves: they hold or arrange what is shown.

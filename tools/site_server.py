@@ -29,6 +29,33 @@ CHROMIUM_ARGS = [
 ]
 
 
+# A stored widget's view (a script the widget manager replaces) and a rendered top widget.
+SELECTORS = """
+  const VIEWS = 'script[type="application/vnd.jupyter.widget-view+json"]';
+  const RENDERED = '.jupyter-widgets.widget-container, .jupyter-widgets.widget-box';
+"""
+
+# Run in a page once it has loaded: resolves when MathJax has typeset, the stored
+# widgets have rendered (or 20 s have passed) and every image has loaded.
+WAIT_FOR_RENDERING = (
+    """async () => {"""
+    + SELECTORS
+    + """
+  if (window.MathJax && MathJax.startup && MathJax.startup.promise) {
+    await MathJax.startup.promise;
+  }
+  const views = document.querySelectorAll(VIEWS);
+  const start = Date.now();
+  while (views.length && Date.now() - start < 20000) {
+    if (document.querySelectorAll(RENDERED).length >= views.length) break;
+    await new Promise(r => setTimeout(r, 100));
+  }
+  await Promise.all(Array.from(document.images).map(img => img.complete ? null :
+    new Promise(r => { img.onload = img.onerror = r; })));
+}"""
+)
+
+
 def chromium_path() -> str | None:
     """``$CHROMIUM``, else the ``chromium`` on PATH, else None."""
     return (
