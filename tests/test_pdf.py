@@ -91,14 +91,22 @@ def test_a_missing_browser_is_an_error_only_under_ci(monkeypatch, tmp_path, caps
     assert not (tmp_path / pdf.PDF_NAME).exists()
 
 
-def test_links_in_the_pdf_go_to_the_published_site(reader):
+def test_links_stay_in_the_pdf_and_pages_are_numbered_through(reader):
+    """Links to the book's own pages lead within the PDF, the rest to the published
+    site (never to the local server that printed it); the page labels run on."""
     site = pdf.site_address()
     assert site == "https://posenc-book.github.io/positional-encoding/"
-    uris = []
+    book_pages = {f"{entry}.html" for entry in toc_entries()}
+    uris, within = [], 0
     for page in reader.pages:
         for annotation in page.get("/Annots") or []:
             action = annotation.get_object().get("/A") or {}
             if "/URI" in action:
                 uris.append(str(action["/URI"]))
+            elif action.get("/S") == "/GoTo" or "/Dest" in annotation.get_object():
+                within += 1
     assert not [u for u in uris if "127.0.0.1" in u or u.startswith("file:")], uris[:5]
-    assert sum(u.startswith(site + "notebooks/") for u in uris) > 10
+    into_the_book = [u for u in uris if u.removeprefix(site).split("#")[0] in book_pages]
+    assert not into_the_book, into_the_book[:5]
+    assert within > 100
+    assert reader.page_labels[0] == "1" and reader.page_labels[-1] == str(len(reader.pages))

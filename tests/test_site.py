@@ -282,8 +282,10 @@ def test_bibliography_labels_are_author_year_as_the_text_cites():
     labels = LABEL.findall(html)
     assert len(labels) == len(re.findall(r"^@", (ROOT / "book/references.bib").read_text(), re.M))
     for label in labels:
-        assert re.fullmatch(r".+ (\d{4}|n\.d\.)(-?[a-z])?", label), label
-    assert "Vaswani et al. 2017" in labels
+        assert re.fullmatch(r".+, (\d{4}|n\.d\.)(-?[a-z])?", label), label
+    assert "Vaswani et al., 2017" in labels
+    surnames = [label.rsplit(", ", 1)[0].lower() for label in labels]
+    assert surnames == sorted(surnames), "one alphabetical list, organisations among persons"
     text = " ".join(" ".join(read_page("book/bibliography.html").text).split())
     assert "Gpt-2" not in text, "a title was put in sentence case"
     assert not re.search(r"\b(\d{4}), \1\b", text), "a date repeats its year"

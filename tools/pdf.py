@@ -4,10 +4,12 @@
 page of ``_toc.yml`` in reading order from ``_build/html``, served on localhost, in
 Debian's Chromium (or the browser ``$CHROMIUM`` names) with every request to another
 host blocked, waits for MathJax and the stored widgets, and prints it with the theme's
-print stylesheet (no sidebars). The pages are joined into
-``_build/html/positional-encoding.pdf``, with one bookmark per page of the toc; the
-landing page links to it. Links between pages point to the published site, whose
-address follows from ``repository.url`` in ``_config.yml``.
+print stylesheet (no sidebars; book/_static/book.css adds what paper needs). The pages
+are joined into ``_build/html/positional-encoding.pdf``, with one bookmark per page of
+the toc and page numbers that run on through the book; the landing page links to it.
+Links within a page, and links to another page of the book, lead within the PDF (to
+that page's start); other links point to the published site, whose address follows
+from ``repository.url`` in ``_config.yml``.
 
 Without a browser it says so and writes nothing, unless ``CI`` is set: there the PDF
 is part of the site, and a missing browser is an error.
@@ -23,6 +25,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from pypdf import PdfReader, PdfWriter
+from pypdf.generic import ArrayObject, DictionaryObject, NameObject
 
 from tools.install_cell import repository_url
 from tools.site_server import CHROMIUM_ARGS, WAIT_FOR_RENDERING, chromium_path, serve
@@ -34,24 +37,34 @@ PDF_NAME = "positional-encoding.pdf"
 TITLE = "Positional Encoding in Transformers"
 TIMEOUT_MS = 120_000
 
-# Links inside the site become links to the published pages; the title block the theme
-# prints at the top of every page lists that page's sections, which the bookmarks do.
+# Links to another page of the site become links to the published pages (join() then
+# turns those to pages of the book into links within the PDF); links within the page
+# stay, and Chromium makes them links within the PDF. The theme's print-only title
+# block is left out: the page's own numbered title follows it.
 FOR_PRINT = """(site) => {
   for (const a of document.querySelectorAll('a[href]')) {
     const url = new URL(a.getAttribute('href'), location.href);
-    if (url.origin === location.origin) {
+    if (url.origin !== location.origin) continue;
+    if (url.pathname === location.pathname && url.hash) {
+      a.setAttribute('href', url.hash);
+    } else {
       a.setAttribute('href', site + url.pathname.replace(/^\\//, '') + url.hash);
     }
   }
-  const toc = document.getElementById('jb-print-toc');
-  if (toc) toc.remove();
+  const title = document.getElementById('jb-print-docs-body');
+  if (title) title.remove();
 }"""
 
-FOOTER = (
-    '<div style="font-size:8px;width:100%;padding:0 12mm;display:flex;'
-    'justify-content:space-between;color:#555"><span class="title"></span>'
-    '<span><span class="pageNumber"></span> / <span class="totalPages"></span></span></div>'
-)
+# Page numbers run on through the book: each page of the toc is printed with its first
+# page numbered after the last page printed before it, and its title at the foot.
+PAGE_STYLE = """
+@page {{
+  margin: 16mm 14mm 18mm 14mm;
+  @bottom-left {{ content: "{title}"; font-size: 8px; color: #555; }}
+  @bottom-right {{ content: counter(page); font-size: 8px; color: #555; }}
+}}
+@page :first {{ counter-set: page {first}; }}
+"""
 
 
 def site_address() -> str:
@@ -60,11 +73,16 @@ def site_address() -> str:
     return f"https://{owner.lower()}.github.io/{name}/"
 
 
-def print_pages(html: Path, pages: list[str], browser_path: str) -> list[tuple[str, bytes]]:
-    """Each page printed by the browser: (its title, the PDF's bytes)."""
+def _css_string(text: str) -> str:
+    return text.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def print_pages(html: Path, pages: list[str], browser_path: str) -> list[tuple[str, str, bytes]]:
+    """Each page printed by the browser: (its path, its title, the PDF's bytes)."""
     from playwright.sync_api import sync_playwright
 
     printed = []
+    first = 1
     with serve(html) as origin, sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=browser_path, args=CHROMIUM_ARGS)
         context = browser.new_context(viewport={"width": 1280, "height": 900})
@@ -83,24 +101,40 @@ def print_pages(html: Path, pages: list[str], browser_path: str) -> list[tuple[s
             page.evaluate(WAIT_FOR_RENDERING)
             page.evaluate(FOR_PRINT, site_address())
             title = page.title().split(" \u2014 ")[0]
-            pdf = page.pdf(
-                format="A4",
-                print_background=True,
-                margin={"top": "16mm", "bottom": "18mm", "left": "14mm", "right": "14mm"},
-                display_header_footer=True,
-                header_template="<span></span>",
-                footer_template=FOOTER,
-            )
-            printed.append((title, pdf))
+            page.add_style_tag(content=PAGE_STYLE.format(title=_css_string(title), first=first))
+            pdf = page.pdf(format="A4", print_background=True, prefer_css_page_size=True)
+            printed.append((f"{entry}.html", title, pdf))
+            first += len(PdfReader(io.BytesIO(pdf)).pages)
         browser.close()
     return printed
 
 
-def join(printed: list[tuple[str, bytes]], out: Path) -> int:
-    """Join the printed pages into ``out`` with a bookmark each; return the page count."""
+def join(printed: list[tuple[str, str, bytes]], out: Path) -> int:
+    """Join the printed pages into ``out`` with a bookmark each, links to the book's own
+    pages pointing into the PDF (to the page's start), and page labels that match the
+    printed numbers; return the page count."""
     writer = PdfWriter()
-    for title, pdf in printed:
+    starts: dict[str, int] = {}
+    for path, title, pdf in printed:
+        starts[path] = len(writer.pages)
         writer.append(PdfReader(io.BytesIO(pdf)), outline_item=title)
+    site = site_address()
+    for page in writer.pages:
+        for annotation in page.get("/Annots") or []:
+            annotation = annotation.get_object()
+            action = annotation.get("/A")
+            uri = str(action.get("/URI", "")) if action is not None else ""
+            target = uri.removeprefix(site).split("#")[0] if uri.startswith(site) else None
+            if target in starts:
+                annotation[NameObject("/A")] = DictionaryObject(
+                    {
+                        NameObject("/S"): NameObject("/GoTo"),
+                        NameObject("/D"): ArrayObject(
+                            [writer.pages[starts[target]].indirect_reference, NameObject("/Fit")]
+                        ),
+                    }
+                )
+    writer.set_page_label(0, len(writer.pages) - 1, style="/D", start=1)
     writer.add_metadata({"/Title": TITLE, "/Author": "The posenc book authors"})
     with out.open("wb") as handle:
         writer.write(handle)

@@ -3,9 +3,10 @@
 pybtex's standard styles give the entries alphabetic labels ("[AYH+24]", "[Pre]") while
 the chapters cite author-year ("Vaswani et al. (2017)"), and they put article titles in
 sentence case, which lowercases names that were not braced ("Gpt-2: src/model.py").
-The book's style, ``book``, labels each entry "Vaswani et al. 2017" (a, b, ... where two
-entries would share a label), sorts by author, year and title, and keeps every title as
-the .bib file writes it. ``_config.yml`` selects it with ``bibtex_default_style``.
+The book's style, ``book``, labels each entry "Vaswani et al., 2017" (a, b, ... where
+two entries would share a label), sorts by author, year and title as printed (an
+organisation's name among the persons'), and keeps every title as the .bib file
+writes it. ``_config.yml`` selects it with ``bibtex_default_style``.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from string import ascii_lowercase
 from pybtex.plugin import register_plugin
 from pybtex.style.formatting.unsrt import Style as UnsrtStyle
 from pybtex.style.labels import BaseLabelStyle
+from pybtex.style.sorting.author_year_title import SortingStyle as AuthorYearTitleSorting
 from pybtex.style.template import field, sentence
 from sphinx.application import Sphinx
 
@@ -58,14 +60,30 @@ class AuthorYearLabels(BaseLabelStyle):
                 yield label
 
     def format_label(self, entry) -> str:
-        return f"{_authors(entry)} {entry.fields.get('year', 'n.d.')}"
+        return f"{_authors(entry)}, {entry.fields.get('year', 'n.d.')}"
+
+
+class AuthorYearTitleOrder(AuthorYearTitleSorting):
+    """By author, year and title, as printed: an organisation's braced name sorts by its
+    letters, not after every person (a brace sorts after z), and case does not count."""
+
+    def persons_key(self, persons):
+        return [_surname(person).lower() for person in persons]
+
+    def sorting_key(self, entry):
+        author = entry.persons.get("author") or entry.persons.get("editor") or []
+        return (
+            self.persons_key(author),
+            entry.fields.get("year", ""),
+            _BRACES.sub("", entry.fields.get("title", "")).lower(),
+        )
 
 
 class BookStyle(UnsrtStyle):
     """unsrt's entries, with author-year labels and order, and titles kept as written."""
 
     default_label_style = "authoryear"
-    default_sorting_style = "author_year_title"
+    default_sorting_style = "book_order"
 
     def format_title(self, e, which_field, as_sentence=True):
         title = field(which_field)
@@ -74,5 +92,6 @@ class BookStyle(UnsrtStyle):
 
 def setup(app: Sphinx) -> dict:
     register_plugin("pybtex.style.labels", "authoryear", AuthorYearLabels)
+    register_plugin("pybtex.style.sorting", "book_order", AuthorYearTitleOrder)
     register_plugin("pybtex.style.formatting", "book", BookStyle)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -33,8 +33,9 @@ def site_address(repository_url: str) -> str | None:
 
 
 def first_paragraph(doctree) -> str:
-    """The text of the first paragraph of the page's body (not a caption, a table or
-    a cell's output), on one line, cut at a word before DESCRIPTION_CHARS."""
+    """The text of the first paragraph of the page's body (not a caption, a table, a
+    cell's output or a paragraph with maths in it), on one line, cut at a word before
+    DESCRIPTION_CHARS."""
     skipped = (nodes.caption, nodes.table, nodes.admonition, nodes.literal_block)
     for paragraph in doctree.findall(nodes.paragraph):
         parent, inside = paragraph.parent, False
@@ -44,8 +45,8 @@ def first_paragraph(doctree) -> str:
                 break
             parent = parent.parent
         text = re.sub(r"\s+", " ", paragraph.astext()).strip()
-        if inside or len(text) < 40:
-            continue
+        if inside or len(text) < 40 or any(paragraph.findall(nodes.math)):
+            continue  # too short, or LaTeX that a search result would show raw
         if len(text) <= DESCRIPTION_CHARS:
             return text
         cut = text[: DESCRIPTION_CHARS - 1].rsplit(" ", 1)[0].rstrip(",;:")

@@ -18,6 +18,9 @@ with the rule it answers:
   - A hidden cell's toggle shows "Show code cell source" but is named "Toggle
     hidden content": the label goes.
 
+- The status page marks each chapter with the emoji \u2705, which the print fonts lack
+  (a missing-glyph box in the PDF): it becomes a check mark, \u2713, named for screen
+  readers.
 - axe ``aria-required-children`` (critical) and ``aria-deprecated-role``: the
   bibliography is a ``role="list"`` whose entries have the deprecated role
   ``doc-biblioentry``; they become ``listitem``.
@@ -52,6 +55,11 @@ FIXES = (
         "cell toggles named by their visible text",
         re.compile(r'<summary aria-label="Toggle hidden content">'),
         "<summary>",
+    ),
+    (
+        "status marks in a font every reader and printer has",
+        re.compile(r"<td><p>\u2705</p></td>"),
+        '<td><p><span role="img" aria-label="succeeded">\u2713</span></p></td>',
     ),
     (
         "bibliography entries are list items",
