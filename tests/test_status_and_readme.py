@@ -26,9 +26,9 @@ README = ROOT / "README.md"
 WORKFLOW = ROOT / ".github" / "workflows" / "book.yml"
 CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
 TOC = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
-# MyST-NB's execution table marks a run that succeeded with this sign (and a failed
-# one with a cross).
-SUCCEEDED = "\N{WHITE HEAVY CHECK MARK}"
+# MyST-NB's execution table marks a run that succeeded with the emoji WHITE HEAVY CHECK
+# MARK (and a failed one with a cross), which book/_ext/site_fixes.py makes this sign.
+SUCCEEDED = "\N{CHECK MARK}"
 
 
 def chapters() -> list[str]:
