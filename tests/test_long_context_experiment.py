@@ -7,6 +7,7 @@ import dataclasses
 import itertools
 import math
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -15,7 +16,7 @@ pytest.importorskip("tqdm")
 from conftest import ROOT  # noqa: E402
 from posenc.experiments import length_generalization as lg  # noqa: E402
 from posenc.experiments import long_context as lc  # noqa: E402
-from posenc.long_context import METHODS  # noqa: E402
+from posenc.long_context import METHODS, yarn_temperature  # noqa: E402
 
 
 def _rows(path):
@@ -24,29 +25,37 @@ def _rows(path):
         return tuple(reader.fieldnames), list(reader)
 
 
+def _kind(method: str) -> str:
+    """The attention scale a method's own rows carry: YaRN's temperature or none."""
+    return "yarn" if method == "yarn" else "plain"
+
+
 def _check(path, study):
     fields, rows = _rows(path)
     assert fields == lc.FIELDS
     assert {r["setup"] for r in rows} == {study.id}
     expected = []
     for task, seed in itertools.product(study.tasks, range(study.seeds)):
-        for method in METHODS:
-            for factor in (1.0,) if method == "none" else study.factors:
-                scales = (True, False) if method == "yarn" else (True,)
-                for n, tempered in itertools.product(study.eval_lens, scales):
-                    expected.append((task, seed, method, factor, tempered, "zero_shot", 0, n))
+        zero_shot = [("none", 1.0, "plain"), ("dynamic_ntk", 1.0, "plain")]
+        for factor in study.factors:
+            zero_shot += [(m, factor, _kind(m)) for m in METHODS if m != "none"]
+            zero_shot += [("yarn", factor, "plain")]
+            zero_shot += [(m, factor, "yarn") for m in lc.TEMPERED]
+        for (method, factor, kind), n in itertools.product(zero_shot, study.eval_lens):
+            expected.append((task, seed, method, factor, kind, "zero_shot", 0, n))
         for method in METHODS:
             factor = 1.0 if method == "none" else study.finetune_factor
             for n, steps in itertools.product(study.eval_lens, study.finetune_steps):
-                expected.append((task, seed, method, factor, True, "fine_tuned", steps, n))
+                expected.append((task, seed, method, factor, _kind(method), "fine_tuned", steps, n))
     got = []
     for r in rows:
         method, factor, scale = r["method"], float(r["factor"]), float(r["attention_scale"])
-        yarn_scale = 0.1 * math.log(factor) + 1
-        # YaRN rows carry its temperature or none; every other method has none
-        tempered = math.isclose(scale, yarn_scale, abs_tol=1e-6) if method == "yarn" else True
-        assert scale == 1.0 or (method == "yarn" and tempered)
-        key = (r["task"], int(r["seed"]), method, factor, tempered, r["stage"])
+        if scale == 1.0:
+            kind = "plain"
+        else:
+            assert math.isclose(scale, yarn_temperature(factor), abs_tol=1e-6), r
+            kind = "yarn"
+        key = (r["task"], int(r["seed"]), method, factor, kind, r["stage"])
         got.append((*key, int(r["finetune_steps"]), int(r["eval_len"])))
     assert sorted(got) == sorted(expected)
     train_len = study.plan.setup.train_len
@@ -54,6 +63,10 @@ def _check(path, study):
         assert 0.0 <= float(r["accuracy"]) <= 1.0 and float(r["loss"]) >= 0.0
         beyond = r["accuracy_beyond_train_len"]
         assert (beyond == "") == (int(r["eval_len"]) == train_len)
+        measures = [r[field] for field in lc.FIELDS[-3:]]
+        task = lg.parse_task(r["task"])
+        fits = task.kind == "copy" and round(task.lag * float(r["factor"])) < int(r["eval_len"])
+        assert all(0.0 <= float(m) <= 1.0 for m in measures) if fits else set(measures) == {""}
         # the mean over queries t >= length - N of an entropy in [0, ln(t + 1)]
         assert 0.0 <= float(r["entropy"]) <= math.log(int(r["eval_len"]) + 1)
 
@@ -111,3 +124,76 @@ def test_committed_results_have_the_structure_the_full_run_writes():
     assert lc.FULL.plan == lg.FULL and lc.FULL.seeds >= 5
     assert lc.FULL.eval_lens == (32, 64, 128, 256)
     _check(ROOT / "data" / "long_context.csv", lc.FULL)
+
+
+@pytest.mark.parametrize("method", ["linear", "llama3", "dynamic_ntk"])
+def test_fine_tuning_trains_with_the_method_s_frequencies_at_every_step(monkeypatch, method):
+    """Each training step runs with the method's own frequencies and scale, also after an
+    evaluation in between (an evaluation that reset the model to plain RoPE once made
+    every step after the first evaluation train plain RoPE)."""
+    study = dataclasses.replace(lc.QUICK, finetune_steps=(1, 2, 4))
+    task, setup = lg.parse_task("copy_lag3"), study.plan.setup
+    model, _, _ = lg.train(task, lg.ARMS["rope"], 0, 3e-3, setup)
+    expected = lc._options(
+        study, method, study.finetune_factor, int(study.finetune_factor * setup.train_len)
+    )
+    in_force = []
+    correct = lg._correct
+
+    def recording(model, *args, **kwargs):
+        if model.training:
+            in_force.append(model.rope_frequencies())
+        return correct(model, *args, **kwargs)
+
+    monkeypatch.setattr(lg, "_correct", recording)
+    head = lc._copy_head(model, task, study)
+    for steps, tuned in lc._finetuned(model, study, task, method, 0, 3e-3):
+        lc._evaluate(
+            tuned,
+            study,
+            task,
+            method,
+            study.finetune_factor,
+            0,
+            stage="fine_tuned",
+            copy_head=head,
+            steps=steps,
+        )
+    assert len(in_force) == max(study.finetune_steps)
+    for frequencies, scale in in_force:
+        assert np.array_equal(frequencies, expected[0]) and scale == expected[1]
+
+
+def test_lag_measures_read_the_copy_head_at_the_lag_and_at_lag_times_s():
+    study = lc.QUICK
+    task, setup = lg.parse_task("copy_lag3"), study.plan.setup
+    model, _, _ = lg.train(task, lg.ARMS["rope"], 0, 3e-3, setup)
+    head = lc._copy_head(model, task, study)
+    tokens, _ = lg.held_out_batch(task, setup.train_len, study.entropy_batch)
+    mass = model.attention_at_distance(tokens, [3], first_query=4)[..., 0]
+    assert mass[head] == mass.max()  # the head with the most attention 3 back
+    same = lc._lag_measures(model, task, setup.train_len, 1.0, head, study)
+    assert same["attention_at_lag"] == same["attention_at_scaled_lag"]
+    stretched = lc._lag_measures(model, task, setup.train_len, 2.0, head, study)
+    assert stretched["attention_at_lag"] != stretched["attention_at_scaled_lag"]
+    assert lc._lag_measures(model, task, 5, 2.0, head, study)["attention_at_lag"] == ""
+    recall = lg.parse_task("recall")
+    assert lc._copy_head(model, recall, study) is None
+    assert set(lc._lag_measures(model, recall, 32, 2.0, None, study).values()) == {""}
+
+
+def test_attention_at_distance_is_the_mean_weight_on_the_key_d_back():
+    from posenc.experiments.model import CausalLanguageModel
+
+    torch.manual_seed(0)
+    model = CausalLanguageModel(20, 16, 2, 2, encoding="rope").eval()
+    tokens = torch.randint(0, 20, (3, 12))
+    weights = torch.stack(model.attention_weights(tokens))  # (layers, batch, heads, q, k)
+    got = model.attention_at_distance(tokens, [0, 2, 5], first_query=6)
+    for j, d in enumerate((0, 2, 5)):
+        by_hand = torch.stack([weights[..., t, t - d] for t in range(6, 12)]).mean(dim=(0, 2))
+        assert torch.allclose(got[..., j], by_hand)
+    with pytest.raises(ValueError, match="at most first_query"):
+        model.attention_at_distance(tokens, [7], first_query=6)
+    with pytest.raises(ValueError, match="must be < the length"):
+        model.attention_at_distance(tokens, [1], first_query=12)

@@ -35,7 +35,7 @@ import numpy as np
 from posenc._validation import choice, integer, positive_finite
 from posenc.alternatives import rope_frequencies
 
-__all__ = ["METHODS", "scaled_frequencies"]
+__all__ = ["METHODS", "scaled_frequencies", "yarn_temperature"]
 
 METHODS = ("none", "linear", "ntk", "dynamic_ntk", "yarn", "llama3")
 """The methods :func:`scaled_frequencies` knows."""
@@ -76,6 +76,12 @@ def _llama3(theta, factor, original_length, low_freq_factor, high_freq_factor):
     blended = (1 - blend) * theta / factor + blend * theta
     out = np.where(wavelength > original_length / low_freq_factor, theta / factor, blended)
     return np.where(wavelength < original_length / high_freq_factor, theta, out)
+
+
+def yarn_temperature(factor: float) -> float:
+    """YaRN's attention scale for a stretch factor s, 0.1 ln s + 1 (1 for s <= 1); cos
+    and sin are multiplied by it, so the logits by its square."""
+    return 0.1 * math.log(factor) + 1.0 if factor > 1 else 1.0
 
 
 def scaled_frequencies(
@@ -148,7 +154,7 @@ def scaled_frequencies(
         grown = factor * seq_len / original_length - (factor - 1)
         return rope_frequencies(head_dim, base=base * grown**exponent), 1.0
     if method == "yarn":
-        scale = 0.1 * math.log(factor) + 1.0
+        scale = yarn_temperature(factor)
         return _yarn(theta, head_dim, base, factor, original_length, beta_fast, beta_slow), scale
     if method == "llama3":
         return _llama3(theta, factor, original_length, low_freq_factor, high_freq_factor), 1.0

@@ -5,8 +5,11 @@ is trained again exactly as there (same setup, seed and chosen learning rate, re
 from ``data/length_generalization.csv``), then evaluated at N, 2N, 4N and 8N:
 
 - **zero-shot**, with every method of :func:`posenc.long_context.scaled_frequencies`
-  at every factor in ``factors`` (original length N), and YaRN once more without its
-  attention temperature (``attention_scale`` 1);
+  at every factor in ``factors`` (original length N); YaRN once more without its
+  attention temperature (``attention_scale`` 1), and plain RoPE, PI and Llama 3 once
+  more *with* it (0.1 ln s + 1), so that the temperature's share is measured apart
+  from the frequencies'; and dynamic NTK at factor 1, which stretches by the input's
+  own ratio to N;
 - **fine-tuned**: a copy of the model trained more steps at ``finetune_factor`` · N
   tokens with the method's frequencies at that factor, evaluated the same way after
   each number of steps in ``finetune_steps`` ("none" is plain RoPE fine-tuned at the
@@ -44,7 +47,7 @@ import torch
 from tqdm import tqdm
 
 from posenc.experiments import length_generalization as lg
-from posenc.long_context import METHODS, scaled_frequencies
+from posenc.long_context import METHODS, scaled_frequencies, yarn_temperature
 
 __all__ = ["FIELDS", "FULL", "QUICK", "Study", "main", "run", "study_rows"]
 
@@ -62,6 +65,9 @@ FIELDS = (
     "accuracy_beyond_train_len",
     "loss",
     "entropy",
+    "accuracy_at_scaled_lag",
+    "attention_at_lag",
+    "attention_at_scaled_lag",
 )
 
 
@@ -75,7 +81,7 @@ class Study:
     eval_factors: tuple[int, ...] = (1, 2, 4, 8)
     factors: tuple[float, ...] = (2.0, 4.0, 8.0)
     finetune_factor: float = 4.0
-    finetune_steps: tuple[int, ...] = (5, 50)
+    finetune_steps: tuple[int, ...] = (50, 200, 500)
     eval_batch: int = 256
     entropy_batch: int = 64
 
@@ -115,7 +121,16 @@ QUICK = Study(
 )
 
 
-def _options(study: Study, method: str, factor: float, length: int, temperature: bool = True):
+# Methods evaluated zero-shot once more with YaRN's attention temperature 0.1 ln s + 1
+# and their own frequencies: what the temperature alone buys ("none" at factor s is
+# plain RoPE with the temperature of factor s).
+TEMPERED = ("none", "linear", "llama3")
+
+
+def _options(study: Study, method: str, factor: float, length: int, temperature="own"):
+    """The frequencies and attention scale of ``method`` at ``factor`` for inputs of
+    ``length``. ``temperature``: "own" (YaRN's for YaRN, none for the rest), "none", or
+    "yarn" (YaRN's for any method)."""
     setup = study.plan.setup
     head = setup.d_model // setup.n_heads
     kwargs = {"method": method, "factor": factor}
@@ -124,7 +139,11 @@ def _options(study: Study, method: str, factor: float, length: int, temperature:
     if method == "dynamic_ntk":
         kwargs["seq_len"] = length
     frequencies, scale = scaled_frequencies(head, **kwargs)
-    return frequencies, scale if temperature else 1.0
+    if temperature == "none":
+        scale = 1.0
+    elif temperature == "yarn":
+        scale = yarn_temperature(factor)
+    return frequencies, scale
 
 
 def _entropy(model, task, length, study):
@@ -134,9 +153,50 @@ def _entropy(model, task, length, study):
     return entropy[..., -study.plan.setup.train_len :].mean().item()
 
 
-def _evaluate(model, study, task, method, factor, seed, *, stage, steps=0, temperature=True):
+def _copy_head(model, task, study) -> tuple[int, int] | None:
+    """The (layer, head) that puts the most attention on the token ``lag`` back, with
+    the model's own frequencies at N: the head that copies (None for recall)."""
+    if task.kind != "copy":
+        return None
+    tokens, _ = lg.held_out_batch(task, study.plan.setup.train_len, study.entropy_batch)
+    mass = model.attention_at_distance(tokens, [task.lag], first_query=1 + task.lag)[..., 0]
+    layer, head = divmod(int(mass.argmax()), mass.shape[1])
+    return layer, head
+
+
+def _lag_measures(model, task, length, factor, copy_head, study) -> dict:
+    """What a copy model does with stretched positions: its accuracy against the token
+    lag·s back (PI relabels position m as m/s, so a head that found the token ``lag``
+    back finds the one lag·s back), and how much attention the copy head puts at the
+    two distances. Blank for recall, or where lag·s does not fit in the input."""
+    blank = dict.fromkeys(FIELDS[-3:], "")
+    scaled = round(task.lag * factor) if task.kind == "copy" else None
+    if scaled is None or scaled + 1 > length:
+        return blank
+    first = 1 + max(task.lag, scaled)  # both keys are tokens of the input, not the start
+    tokens, _ = lg.held_out_batch(task, length, study.eval_batch)
+    with torch.no_grad():
+        predicted = model(tokens).argmax(dim=-1)[:, first:]
+    accuracy = (predicted == tokens[:, first - scaled : tokens.shape[1] - scaled]).float().mean()
+    layer, head = copy_head
+    few = tokens[: study.entropy_batch]
+    mass = model.attention_at_distance(few, [task.lag, scaled], first_query=first)[layer, head]
+    return {
+        "accuracy_at_scaled_lag": round(accuracy.item(), 4),
+        "attention_at_lag": round(mass[0].item(), 4),
+        "attention_at_scaled_lag": round(mass[1].item(), 4),
+    }
+
+
+def _evaluate(
+    model, study, task, method, factor, seed, *, stage, copy_head, steps=0, temperature="own"
+):
+    """Rows of the model evaluated with the method's frequencies at every length; the
+    frequencies in force before are in force again after (a model being fine-tuned
+    goes on training with its own)."""
     setup = dataclasses.replace(study.plan.setup, eval_batch=study.eval_batch)
     arm = lg.ARMS["rope"]
+    in_force = model.rope_frequencies()
     rows = []
     for length in study.eval_lens:
         frequencies, scale = _options(study, method, factor, length, temperature)
@@ -157,9 +217,10 @@ def _evaluate(model, study, task, method, factor, seed, *, stage, steps=0, tempe
                 "accuracy_beyond_train_len": "" if math.isnan(beyond) else round(beyond, 4),
                 "loss": round(loss, 4),
                 "entropy": round(_entropy(model, task, length, study), 4),
+                **_lag_measures(model, task, length, factor, copy_head, study),
             }
         )
-    model.set_rope_frequencies()
+    model.set_rope_frequencies(*in_force)
     return rows
 
 
@@ -189,25 +250,32 @@ def study_rows(study: Study, task_name: str, seed: int, learning_rate: float) ->
     torch.set_num_threads(1)
     task, setup = lg.parse_task(task_name), study.plan.setup
     model, _, _ = lg.train(task, lg.ARMS["rope"], seed, learning_rate, setup)
+    head = _copy_head(model, task, study)
+
+    def evaluate(model, method, factor, **kwargs):
+        return _evaluate(model, study, task, method, factor, seed, copy_head=head, **kwargs)
+
     rows = []
     for method in METHODS:
         for factor in (1.0,) if method == "none" else study.factors:
-            rows += _evaluate(model, study, task, method, factor, seed, stage="zero_shot")
+            rows += evaluate(model, method, factor, stage="zero_shot")
     for factor in study.factors:
-        rows += _evaluate(
-            model, study, task, "yarn", factor, seed, stage="zero_shot", temperature=False
-        )
+        rows += evaluate(model, "yarn", factor, stage="zero_shot", temperature="none")
+        for method in TEMPERED:
+            rows += evaluate(model, method, factor, stage="zero_shot", temperature="yarn")
+    # Dynamic NTK at factor 1 stretches by the input's own ratio to N: matched to it.
+    rows += evaluate(model, "dynamic_ntk", 1.0, stage="zero_shot")
     for method in METHODS:
         factor = 1.0 if method == "none" else study.finetune_factor
         for steps, tuned in _finetuned(model, study, task, method, seed, learning_rate):
-            rows += _evaluate(
-                tuned, study, task, method, factor, seed, stage="fine_tuned", steps=steps
-            )
+            rows += evaluate(tuned, method, factor, stage="fine_tuned", steps=steps)
     return rows
 
 
 def _rows_per_unit(study: Study) -> int:
-    zero_shot = 1 + len(METHODS) * len(study.factors)  # "none" once; YaRN twice
+    # "none" once; every method at every factor; YaRN without its temperature and the
+    # TEMPERED methods with it at every factor; dynamic NTK at factor 1
+    zero_shot = 1 + (len(METHODS) + len(TEMPERED)) * len(study.factors) + 1
     fine_tuned = len(METHODS) * len(study.finetune_steps)
     return (zero_shot + fine_tuned) * len(study.eval_lens)
 

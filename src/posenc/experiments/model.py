@@ -199,6 +199,14 @@ class CausalLanguageModel(nn.Module):
                 attention_scale=float(attention_scale),
             )
 
+    def rope_frequencies(self) -> tuple[np.ndarray, float]:
+        """The RoPE frequencies and attention scale in force now (every layer's are the
+        same: :meth:`set_rope_frequencies` sets them all)."""
+        rotary = self.blocks[0].attention.rotary
+        if rotary is None:
+            raise ValueError(f"encoding={self.encoding!r} has no RoPE frequencies")
+        return rotary.frequencies, rotary.attention_scale
+
     @torch.no_grad()
     def attention_weights(self, tokens: torch.Tensor, positions=None) -> list[torch.Tensor]:
         """Every layer's attention weights for ``tokens``: (batch, heads, length, length).
@@ -224,6 +232,26 @@ class CausalLanguageModel(nn.Module):
         """
         weights = torch.stack(self.attention_weights(tokens, positions))
         return -torch.special.xlogy(weights, weights).sum(dim=-1)
+
+    def attention_at_distance(
+        self, tokens: torch.Tensor, distances, *, first_query: int = 0
+    ) -> torch.Tensor:
+        """Mean attention each layer's heads put on the key ``d`` positions back, for each
+        d in ``distances``: (layers, heads, len(distances)), averaged over the batch and
+        the queries t >= ``first_query`` (every d <= t there)."""
+        distances = [int(d) for d in distances]
+        length = tokens.shape[1]
+        if not distances or min(distances) < 0 or first_query < max(distances):
+            raise ValueError(
+                f"distances must be >= 0 and at most first_query ({first_query}), got {distances}"
+            )
+        if first_query >= length:
+            raise ValueError(f"first_query ({first_query}) must be < the length ({length})")
+        weights = torch.stack(self.attention_weights(tokens))  # (layers, batch, heads, q, k)
+        queries = torch.arange(first_query, length)
+        return torch.stack(
+            [weights[:, :, :, queries, queries - d].mean(dim=(1, 3)) for d in distances], dim=-1
+        )
 
     def forward(self, tokens: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
         """Logits for ``tokens``; ``positions`` (RoPE only) as in :class:`RotaryEmbedding`.
