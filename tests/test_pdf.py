@@ -42,12 +42,36 @@ def _figures() -> int:
 
 def test_the_pdf_opens_with_a_bookmark_for_every_page_of_the_toc(reader):
     assert reader.metadata.title == pdf.TITLE
-    titles = [item.title for item in reader.outline]
+    titles = [item.title for item in reader.outline if not isinstance(item, list)]
     assert len(titles) == len(toc_entries())
+    # Under each page's bookmark, its sections, titled as on the page (spaces kept).
+    sections = [item for item in reader.outline if isinstance(item, list)]
+    assert len(sections) == len(titles)
+    flat = [x.title for part in sections for x in _walk(part)]
+    assert "6.4. Wavelengths on a straight line" in flat
     assert titles[0] == pdf.TITLE and titles[1].startswith("1. Why order is invisible")
     assert titles[-1] == "Status"
     # Each chapter takes pages of its own: far more pages than pages of the toc.
     assert len(reader.pages) > 5 * len(titles)
+
+
+def _walk(items):
+    for item in items:
+        yield from _walk(item) if isinstance(item, list) else [item]
+
+
+def test_the_front_matter_lists_every_page_at_the_page_it_starts(reader):
+    """The title page, then the contents: each page of the toc with the printed number
+    of the page its bookmark leads to."""
+    assert " ".join(reader.pages[0].extract_text().split()).startswith(pdf.TITLE)
+    contents = " ".join(reader.pages[1].extract_text().split())
+    assert contents.startswith("Contents")
+    labels = reader.page_labels
+    for item in reader.outline:
+        if isinstance(item, list):
+            continue
+        start = labels[reader.get_destination_page_number(item)]
+        assert f"{item.title} {start}" in contents, (item.title, start)
 
 
 def test_every_font_is_embedded(reader):
@@ -109,4 +133,7 @@ def test_links_stay_in_the_pdf_and_pages_are_numbered_through(reader):
     into_the_book = [u for u in uris if u.removeprefix(site).split("#")[0] in book_pages]
     assert not into_the_book, into_the_book[:5]
     assert within > 100
-    assert reader.page_labels[0] == "1" and reader.page_labels[-1] == str(len(reader.pages))
+    labels = reader.page_labels
+    front = labels.index("1")  # the title page and the contents come first: i, ii
+    assert labels[:front] == ["i", "ii"][:front] and front >= 1
+    assert labels[-1] == str(len(reader.pages) - front)

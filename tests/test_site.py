@@ -258,7 +258,8 @@ META = re.compile(r'<meta (name|property)="([^"]+)" content="([^"]*)"')
 def test_every_page_describes_itself_for_search_and_link_previews(page):
     tags = {key: value for _, key, value in META.findall((HTML / page).read_text("utf-8"))}
     description = tags.get("description", "")
-    assert 40 <= len(description) <= 160, f"{page}: description {description!r}"
+    assert 80 <= len(description) <= 160, f"{page}: description {description!r}"
+    assert "\\" not in description and not description.startswith("By the end"), description
     assert tags["og:description"] == description
     assert tags["og:url"] == f"https://posenc-book.github.io/positional-encoding/{page}"
     assert tags["og:image"].endswith("/_static/cover.png")

@@ -18,6 +18,7 @@ is part of the site, and a missing browser is an error.
 from __future__ import annotations
 
 import argparse
+import html
 import io
 import os
 import sys
@@ -25,7 +26,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from pypdf import PdfReader, PdfWriter
-from pypdf.generic import ArrayObject, DictionaryObject, NameObject
+from pypdf.generic import ArrayObject, DictionaryObject, NameObject, TextStringObject
 
 from tools.install_cell import repository_url
 from tools.site_server import CHROMIUM_ARGS, WAIT_FOR_RENDERING, chromium_path, serve
@@ -53,7 +54,44 @@ FOR_PRINT = """(site) => {
   }
   const title = document.getElementById('jb-print-docs-body');
   if (title) title.remove();
+  // Solutions and other dropdowns print open; a figure is not a link to its file.
+  for (const d of document.querySelectorAll('details.sd-dropdown')) d.open = true;
+  for (const a of document.querySelectorAll('a.reference.image-reference, a:has(> img)')) {
+    a.replaceWith(...a.childNodes);
+  }
+  for (const label of document.querySelectorAll('.jupyter-widgets .widget-label')) {
+    label.remove();
+  }
+  // The headings' text, for the bookmarks (Chromium drops the space where one wraps).
+  return Array.from(document.querySelectorAll('article h1, article h2, article h3'))
+    .map(h => h.textContent.replace(/[#\u00b6]/g, '').replace(/\\s+/g, ' ').trim());
 }"""
+
+# The first pages: the title, what the book is, and the contents with page numbers.
+FRONT = """<!doctype html><html lang="en"><head><meta charset="utf-8"><style>
+@page {{ size: A4; margin: 30mm 24mm; }}
+body {{ font-family: "DejaVu Sans", sans-serif; color: #222; }}
+h1 {{ font-size: 30pt; font-weight: 400; margin: 60mm 0 6mm; }}
+.lead {{ font-size: 12pt; line-height: 1.5; max-width: 130mm; }}
+.where {{ font-size: 9pt; color: #555; margin-top: 10mm; }}
+h2 {{ font-size: 16pt; font-weight: 400; break-before: page; margin-top: 0; }}
+ol {{ list-style: none; padding: 0; font-size: 11pt; line-height: 1.9; }}
+li {{ display: flex; }}
+li .dots {{ flex: 1; border-bottom: 1px dotted #999; margin: 0 2mm 1.3em; }}
+</style></head><body>
+<h1>{title}</h1>
+<p class="lead">{lead}</p>
+<p class="where">Printed from the book's site, {site}; each chapter is a notebook to
+run there, on Binder or on Colab.</p>
+<h2>Contents</h2>
+<ol>{contents}</ol>
+</body></html>"""
+LEAD = (
+    "How Transformers learn word order: from why attention alone cannot see it, "
+    "through the sinusoidal encoding derived, implemented and tested, to the "
+    "alternatives (learned tables, relative positions, RoPE, ALiBi and none), with "
+    "every number computed by the code beside it and checked by an assertion."
+)
 
 # Page numbers run on through the book: each page of the toc is printed with its first
 # page numbered after the last page printed before it, and its title at the foot.
@@ -77,12 +115,14 @@ def _css_string(text: str) -> str:
     return text.replace("\\", "\\\\").replace('"', '\\"')
 
 
-def print_pages(html: Path, pages: list[str], browser_path: str) -> list[tuple[str, str, bytes]]:
-    """Each page printed by the browser: (its path, its title, the PDF's bytes)."""
+def print_pages(html: Path, pages: list[str], browser_path: str):
+    """The front matter and each page printed by the browser, as (path, title, PDF
+    bytes); and the pages' headings, keyed by their text without spaces."""
     from playwright.sync_api import sync_playwright
 
     printed = []
     first = 1
+    headings: dict[str, str] = {}
     with serve(html) as origin, sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=browser_path, args=CHROMIUM_ARGS)
         context = browser.new_context(viewport={"width": 1280, "height": 900})
@@ -99,25 +139,65 @@ def print_pages(html: Path, pages: list[str], browser_path: str) -> list[tuple[s
         for entry in pages:
             page.goto(f"{origin}/{entry}.html", wait_until="load")
             page.evaluate(WAIT_FOR_RENDERING)
-            page.evaluate(FOR_PRINT, site_address())
+            headings.update(
+                {h.replace(" ", ""): h for h in page.evaluate(FOR_PRINT, site_address())}
+            )
             title = page.title().split(" \u2014 ")[0]
             page.add_style_tag(content=PAGE_STYLE.format(title=_css_string(title), first=first))
-            pdf = page.pdf(format="A4", print_background=True, prefer_css_page_size=True)
+            pdf = page.pdf(
+                format="A4",
+                print_background=True,
+                prefer_css_page_size=True,
+                outline=True,
+                tagged=True,
+            )
             printed.append((f"{entry}.html", title, pdf))
             first += len(PdfReader(io.BytesIO(pdf)).pages)
+        page.set_content(front_matter([(title, pdf) for _, title, pdf in printed]))
+        front = page.pdf(format="A4", print_background=True, prefer_css_page_size=True)
         browser.close()
-    return printed
+    return [("front", TITLE, front), *printed], headings
 
 
-def join(printed: list[tuple[str, str, bytes]], out: Path) -> int:
-    """Join the printed pages into ``out`` with a bookmark each, links to the book's own
-    pages pointing into the PDF (to the page's start), and page labels that match the
-    printed numbers; return the page count."""
+def front_matter(chapters: list[tuple[str, bytes]]) -> str:
+    """The title page and the contents, each page of the toc with its first page."""
+    entries, first = [], 1
+    for title, pdf in chapters:
+        entries.append(
+            f'<li><span>{html.escape(title)}</span><span class="dots"></span>'
+            f"<span>{first}</span></li>"
+        )
+        first += len(PdfReader(io.BytesIO(pdf)).pages)
+    return FRONT.format(
+        title=html.escape(TITLE), lead=LEAD, site=site_address(), contents="".join(entries)
+    )
+
+
+def _fix_titles(item, headings: dict[str, str]) -> None:
+    """Give every bookmark under ``item`` its heading's text, spaces included."""
+    while item is not None:
+        item = item.get_object()
+        title = str(item.get("/Title", ""))
+        fixed = headings.get(title.replace(" ", ""))
+        if fixed and fixed != title:
+            item[NameObject("/Title")] = TextStringObject(fixed)
+        _fix_titles(item.get("/First"), headings)
+        item = item.get("/Next")
+
+
+def join(printed: list[tuple[str, str, bytes]], out: Path, headings=None) -> int:
+    """Join the printed pages into ``out``: the front matter, then each page of the toc
+    with a bookmark (its sections below it), links to the book's own pages pointing into
+    the PDF (to the page's start), and page labels that match the printed numbers
+    (i, ii, ... before the book). Return the page count."""
     writer = PdfWriter()
     starts: dict[str, int] = {}
     for path, title, pdf in printed:
         starts[path] = len(writer.pages)
-        writer.append(PdfReader(io.BytesIO(pdf)), outline_item=title)
+        if path == "front":  # the title page and the contents: no bookmark of their own
+            writer.append(PdfReader(io.BytesIO(pdf)), import_outline=False)
+        else:
+            writer.append(PdfReader(io.BytesIO(pdf)), outline_item=title)
     site = site_address()
     for page in writer.pages:
         for annotation in page.get("/Annots") or []:
@@ -134,7 +214,13 @@ def join(printed: list[tuple[str, str, bytes]], out: Path) -> int:
                         ),
                     }
                 )
-    writer.set_page_label(0, len(writer.pages) - 1, style="/D", start=1)
+    outlines = writer._root_object.get("/Outlines")
+    if headings and outlines is not None:
+        _fix_titles(outlines.get_object().get("/First"), headings)
+    body = min((start for path, start in starts.items() if path != "front"), default=0)
+    if body:  # the title page and the contents are i, ii, ...; the book starts at 1
+        writer.set_page_label(0, body - 1, style="/r", start=1)
+    writer.set_page_label(body, len(writer.pages) - 1, style="/D", start=1)
     writer.add_metadata({"/Title": TITLE, "/Author": "The posenc book authors"})
     with out.open("wb") as handle:
         writer.write(handle)
@@ -153,7 +239,8 @@ def main(argv: list[str] | None = None) -> int:
         print(message, file=sys.stderr)
         return 1 if os.environ.get("CI") else 0
     out = args.html / PDF_NAME
-    pages = join(print_pages(args.html, toc_entries(), browser_path), out)
+    printed, headings = print_pages(args.html, toc_entries(), browser_path)
+    pages = join(printed, out, headings)
     print(f"wrote {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}: {pages} pages")
     return 0
 

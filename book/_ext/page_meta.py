@@ -32,21 +32,58 @@ def site_address(repository_url: str) -> str | None:
     return f"https://{owner.lower()}.github.io/{name}/"
 
 
+# LaTeX that a description can show as text; anything else keeps its paragraph out.
+_SYMBOLS = {
+    r"\pi": "π", r"\omega": "ω", r"\theta": "θ", r"\cdot": "·", r"\times": "×",
+    r"\le": "≤", r"\ge": "≥", r"\approx": "≈", r"\infty": "∞", r"\,": " ",
+}
+
+
+def _plain_math(latex: str) -> str | None:
+    """Inline LaTeX as plain text where it is simple (``k``, ``2\\pi \\cdot 10000``,
+    ``d_\\text{model}``), else None."""
+    text = re.sub(r"\\(?:text|mathrm|operatorname)\{([^{}]*)\}", r"\1", latex)
+    for command, symbol in _SYMBOLS.items():
+        text = text.replace(command, symbol)
+    text = re.sub(r"[_^]\{([^{}]*)\}", r"\1", text).replace("_", "").replace("^", "")
+    if "\\" in text or "{" in text:
+        return None
+    return re.sub(r"\s+", " ", text).strip()
+
+
+def _text(paragraph) -> str | None:
+    """A paragraph's text with its simple maths written out, or None."""
+    parts = []
+    for node in paragraph.findall(lambda n: isinstance(n, (nodes.Text, nodes.math))):
+        if isinstance(node, nodes.math):
+            plain = _plain_math(node.astext())
+            if plain is None:
+                return None
+            parts.append(plain)
+        elif not any(isinstance(a, nodes.math) for a in _ancestors(node, paragraph)):
+            parts.append(str(node))
+    return re.sub(r"\s+", " ", "".join(parts)).strip()
+
+
+def _ancestors(node, stop):
+    node = node.parent
+    while node is not None and node is not stop:
+        yield node
+        node = node.parent
+
+
 def first_paragraph(doctree) -> str:
-    """The text of the first paragraph of the page's body (not a caption, a table, a
-    cell's output or a paragraph with maths in it), on one line, cut at a word before
-    DESCRIPTION_CHARS."""
-    skipped = (nodes.caption, nodes.table, nodes.admonition, nodes.literal_block)
+    """The text of the page's first paragraph of prose (of a section itself, at least 80
+    characters, its maths simple enough to write as text), on one line, cut at a word
+    before DESCRIPTION_CHARS."""
     for paragraph in doctree.findall(nodes.paragraph):
-        parent, inside = paragraph.parent, False
-        while parent is not None:
-            if isinstance(parent, skipped) or "cell_output" in parent.get("classes", []):
-                inside = True
-                break
-            parent = parent.parent
-        text = re.sub(r"\s+", " ", paragraph.astext()).strip()
-        if inside or len(text) < 40 or any(paragraph.findall(nodes.math)):
-            continue  # too short, or LaTeX that a search result would show raw
+        # The page's own prose: a paragraph of a section, not of a list, a table, a
+        # caption, a cell's output, a glossary or a bibliography entry.
+        if not isinstance(paragraph.parent, nodes.section):
+            continue
+        text = _text(paragraph)
+        if text is None or len(text) < 80 or text[:1].islower():
+            continue  # raw LaTeX, a lead-in ("By the end ..."), a sentence's second half
         if len(text) <= DESCRIPTION_CHARS:
             return text
         cut = text[: DESCRIPTION_CHARS - 1].rsplit(" ", 1)[0].rstrip(",;:")
