@@ -54,8 +54,10 @@ FOR_PRINT = """(site) => {
   }
   const title = document.getElementById('jb-print-docs-body');
   if (title) title.remove();
-  // Solutions and other dropdowns print open; a figure is not a link to its file.
-  for (const d of document.querySelectorAll('details.sd-dropdown')) d.open = true;
+  // Solutions, other dropdowns and hidden cells print open; a figure is not a link.
+  for (const d of document.querySelectorAll('details.sd-dropdown, details.hide')) {
+    d.open = true;  // the text speaks of "the collapsed cell below": it is printed
+  }
   for (const a of document.querySelectorAll('a.reference.image-reference, a:has(> img)')) {
     a.replaceWith(...a.childNodes);
   }
@@ -63,7 +65,8 @@ FOR_PRINT = """(site) => {
     label.remove();
   }
   // The headings' text, for the bookmarks (Chromium drops the space where one wraps).
-  return Array.from(document.querySelectorAll('article h1, article h2, article h3'))
+  return Array.from(document.querySelectorAll(
+    'article h1, article h2, article h3, article h4, article h5, article h6'))
     .map(h => h.textContent.replace(/[#\u00b6]/g, '').replace(/\\s+/g, ' ').trim());
 }"""
 
@@ -117,12 +120,11 @@ def _css_string(text: str) -> str:
 
 def print_pages(html: Path, pages: list[str], browser_path: str):
     """The front matter and each page printed by the browser, as (path, title, PDF
-    bytes); and the pages' headings, keyed by their text without spaces."""
+    bytes, the page's headings in order)."""
     from playwright.sync_api import sync_playwright
 
     printed = []
     first = 1
-    headings: dict[str, str] = {}
     with serve(html) as origin, sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=browser_path, args=CHROMIUM_ARGS)
         context = browser.new_context(viewport={"width": 1280, "height": 900})
@@ -139,9 +141,7 @@ def print_pages(html: Path, pages: list[str], browser_path: str):
         for entry in pages:
             page.goto(f"{origin}/{entry}.html", wait_until="load")
             page.evaluate(WAIT_FOR_RENDERING)
-            headings.update(
-                {h.replace(" ", ""): h for h in page.evaluate(FOR_PRINT, site_address())}
-            )
+            headings = page.evaluate(FOR_PRINT, site_address())
             title = page.title().split(" \u2014 ")[0]
             page.add_style_tag(content=PAGE_STYLE.format(title=_css_string(title), first=first))
             pdf = page.pdf(
@@ -151,12 +151,12 @@ def print_pages(html: Path, pages: list[str], browser_path: str):
                 outline=True,
                 tagged=True,
             )
-            printed.append((f"{entry}.html", title, pdf))
+            printed.append((f"{entry}.html", title, pdf, headings))
             first += len(PdfReader(io.BytesIO(pdf)).pages)
-        page.set_content(front_matter([(title, pdf) for _, title, pdf in printed]))
+        page.set_content(front_matter([(title, pdf) for _, title, pdf, _ in printed]))
         front = page.pdf(format="A4", print_background=True, prefer_css_page_size=True)
         browser.close()
-    return [("front", TITLE, front), *printed], headings
+    return [("front", TITLE, front, []), *printed]
 
 
 def front_matter(chapters: list[tuple[str, bytes]]) -> str:
@@ -173,31 +173,47 @@ def front_matter(chapters: list[tuple[str, bytes]]) -> str:
     )
 
 
-def _fix_titles(item, headings: dict[str, str]) -> None:
-    """Give every bookmark under ``item`` its heading's text, spaces included."""
-    while item is not None:
-        item = item.get_object()
-        title = str(item.get("/Title", ""))
-        fixed = headings.get(title.replace(" ", ""))
-        if fixed and fixed != title:
-            item[NameObject("/Title")] = TextStringObject(fixed)
-        _fix_titles(item.get("/First"), headings)
-        item = item.get("/Next")
+def _outline(reader: PdfReader, headings: list[str]) -> list[tuple[int, int, str]]:
+    """The sections of one printed page as (depth, page index, title), depth 1 for the
+    page's sections (its own title, depth 0, is left out: the page's bookmark is it).
+
+    Chromium's outline, made from the headings, has the pages right but garbles some
+    titles (a wrapped heading loses a space, maths drops out, a number repeats); the
+    titles are taken from the page's headings, which come in the same order."""
+    found: list[tuple[int, int, str]] = []
+
+    def walk(items, depth):
+        for item in items:
+            if isinstance(item, list):
+                walk(item, depth + 1)
+            else:
+                found.append((depth, reader.get_destination_page_number(item), item.title))
+
+    walk(reader.outline, 0)
+    if len(found) == len(headings):
+        found = [(d, page, text) for (d, page, _), text in zip(found, headings, strict=True)]
+    return [(d, page, title) for d, page, title in found if d > 0]
 
 
-def join(printed: list[tuple[str, str, bytes]], out: Path, headings=None) -> int:
+def join(printed, out: Path) -> int:
     """Join the printed pages into ``out``: the front matter, then each page of the toc
     with a bookmark (its sections below it), links to the book's own pages pointing into
     the PDF (to the page's start), and page labels that match the printed numbers
     (i, ii, ... before the book). Return the page count."""
     writer = PdfWriter()
     starts: dict[str, int] = {}
-    for path, title, pdf in printed:
-        starts[path] = len(writer.pages)
+    for path, title, pdf, headings in printed:
+        start = starts[path] = len(writer.pages)
+        reader = PdfReader(io.BytesIO(pdf))
+        writer.append(reader, import_outline=False)
         if path == "front":  # the title page and the contents: no bookmark of their own
-            writer.append(PdfReader(io.BytesIO(pdf)), import_outline=False)
-        else:
-            writer.append(PdfReader(io.BytesIO(pdf)), outline_item=title)
+            continue
+        parents = [writer.add_outline_item(title=title, page_number=start)]
+        for depth, page, section in _outline(reader, headings):
+            del parents[depth:]
+            parents.append(
+                writer.add_outline_item(title=section, page_number=start + page, parent=parents[-1])
+            )
     site = site_address()
     for page in writer.pages:
         for annotation in page.get("/Annots") or []:
@@ -214,14 +230,13 @@ def join(printed: list[tuple[str, str, bytes]], out: Path, headings=None) -> int
                         ),
                     }
                 )
-    outlines = writer._root_object.get("/Outlines")
-    if headings and outlines is not None:
-        _fix_titles(outlines.get_object().get("/First"), headings)
     body = min((start for path, start in starts.items() if path != "front"), default=0)
     if body:  # the title page and the contents are i, ii, ...; the book starts at 1
         writer.set_page_label(0, body - 1, style="/r", start=1)
     writer.set_page_label(body, len(writer.pages) - 1, style="/D", start=1)
     writer.add_metadata({"/Title": TITLE, "/Author": "The posenc book authors"})
+    writer.page_mode = "/UseOutlines"  # a reader opens with the bookmarks shown
+    writer._root_object[NameObject("/Lang")] = TextStringObject("en")
     with out.open("wb") as handle:
         writer.write(handle)
     return len(writer.pages)
@@ -239,8 +254,7 @@ def main(argv: list[str] | None = None) -> int:
         print(message, file=sys.stderr)
         return 1 if os.environ.get("CI") else 0
     out = args.html / PDF_NAME
-    printed, headings = print_pages(args.html, toc_entries(), browser_path)
-    pages = join(printed, out, headings)
+    pages = join(print_pages(args.html, toc_entries(), browser_path), out)
     print(f"wrote {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}: {pages} pages")
     return 0
 
