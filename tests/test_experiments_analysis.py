@@ -11,10 +11,74 @@ from posenc.experiments.analysis import (
     bootstrap_interval,
     rope_lag_aliases,
     step_sizes,
+    t_interval,
+    t_quantile,
     windowed_accuracy,
 )
 
 SEEDS = [0.91, 0.97, 0.42, 0.88, 1.0, 0.73, 0.95, 0.64, 0.99, 0.81]
+
+# -- t_quantile and t_interval ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("p", "df", "printed"),
+    # Printed tables of Student's t (two-sided 95% and 90%, one-sided 99%).
+    [
+        (0.975, 1, 12.706),
+        (0.975, 4, 2.776),
+        (0.975, 9, 2.262),
+        (0.975, 30, 2.042),
+        (0.95, 4, 2.132),
+        (0.99, 10, 2.764),
+        (0.5, 3, 0.0),
+    ],
+)
+def test_t_quantile_matches_the_printed_tables(p, df, printed):
+    assert t_quantile(p, df) == pytest.approx(printed, abs=6e-4)
+
+
+def test_t_quantile_tends_to_the_normal_one():
+    assert t_quantile(0.975, 10_000) == pytest.approx(1.95996, abs=1e-3)
+
+
+def test_t_quantile_of_one_degree_of_freedom_is_the_cauchy_one():
+    # t with one degree of freedom is the Cauchy law: quantile tan(pi (p - 1/2)).
+    for p in (0.6, 0.9, 0.975):
+        assert t_quantile(p, 1) == pytest.approx(math.tan(math.pi * (p - 0.5)), rel=1e-7)
+
+
+@pytest.mark.parametrize(("p", "df"), [(0.4, 4), (1.0, 4), (0.975, 0)])
+def test_t_quantile_refuses_what_it_cannot_answer(p, df):
+    with pytest.raises(ValueError):
+        t_quantile(p, df)
+
+
+def test_t_interval_is_mean_plus_minus_t_standard_errors():
+    x = np.array([0.2, 0.4, 0.9, 0.5, 0.6])
+    mean, low, high = t_interval(x)
+    half = 2.776445 * x.std(ddof=1) / math.sqrt(5)
+    assert mean == pytest.approx(0.52, abs=1e-15)
+    assert (low, high) == pytest.approx((0.52 - half, 0.52 + half), abs=1e-6)
+
+
+def test_t_interval_is_wider_than_the_bootstrap_for_five_seeds():
+    five = SEEDS[:5]
+    _, t_low, t_high = t_interval(five)
+    _, b_low, b_high = bootstrap_interval(five)
+    assert t_low < b_low and b_high < t_high
+
+
+@pytest.mark.parametrize("values", [[0.5] * 5, [0.25]])
+def test_t_interval_of_a_constant_has_zero_width(values):
+    assert t_interval(values) == (values[0], values[0], values[0])
+
+
+@pytest.mark.parametrize("values", [[], [0.1, math.nan], [[0.1, 0.2]]])
+def test_t_interval_refuses_bad_values(values):
+    with pytest.raises(ValueError):
+        t_interval(values)
+
 
 # -- bootstrap_interval ----------------------------------------------------------------
 
