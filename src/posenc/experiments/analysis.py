@@ -36,6 +36,18 @@ __all__ = [
 ]
 
 
+def _per_seed_values(values, level: float) -> np.ndarray:
+    """``values`` as a 1-D float64 array of finite numbers, and ``level`` in (0, 1)."""
+    x = np.asarray(values, dtype=np.float64)
+    if x.ndim != 1 or x.size == 0:
+        raise ValueError(f"values must be a non-empty 1-D sequence, got shape {x.shape}")
+    if not np.all(np.isfinite(x)):
+        raise ValueError("values must be finite (no NaN or inf)")
+    if not 0 < level < 1:
+        raise ValueError(f"level must lie in (0, 1), got {level}")
+    return x
+
+
 def bootstrap_interval(values, *, level: float = 0.95, resamples: int = 10_000, seed: int = 0):
     """(mean, low, high): the mean of ``values`` and its percentile-bootstrap interval.
 
@@ -44,13 +56,7 @@ def bootstrap_interval(values, *, level: float = 0.95, resamples: int = 10_000, 
     ``seed``, so the interval is reproducible). With one value the interval is that
     value; NaNs are refused.
     """
-    x = np.asarray(values, dtype=np.float64)
-    if x.ndim != 1 or x.size == 0:
-        raise ValueError(f"values must be a non-empty 1-D sequence, got shape {x.shape}")
-    if not np.all(np.isfinite(x)):
-        raise ValueError("values must be finite (no NaN or inf)")
-    if not 0 < level < 1:
-        raise ValueError(f"level must lie in (0, 1), got {level}")
+    x = _per_seed_values(values, level)
     integer("resamples", resamples, minimum=1)
     draws = np.random.default_rng(seed).integers(0, x.size, size=(resamples, x.size))
     means = x[draws].mean(axis=1)
@@ -94,13 +100,7 @@ def t_interval(values, *, level: float = 0.95):
     scatter roughly normally, so where they split into groups report the groups too.
     With one value the interval is that value; NaNs are refused.
     """
-    x = np.asarray(values, dtype=np.float64)
-    if x.ndim != 1 or x.size == 0:
-        raise ValueError(f"values must be a non-empty 1-D sequence, got shape {x.shape}")
-    if not np.all(np.isfinite(x)):
-        raise ValueError("values must be finite (no NaN or inf)")
-    if not 0 < level < 1:
-        raise ValueError(f"level must lie in (0, 1), got {level}")
+    x = _per_seed_values(values, level)
     mean = float(x.mean())
     if x.size == 1:
         return mean, mean, mean
