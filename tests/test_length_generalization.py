@@ -25,6 +25,9 @@ DATA = ROOT / "data"
 # 145 .. 152, answers 153 + value.
 FACT, QUERY, FILLER, ANSWER = 1, 129, 145, 153
 KEYS, VALUES, FACTS = 16, 8, 8
+# The passkey's: start 0, digits 1 .. 10, the filler sentence 11 .. 14, marker 15,
+# query 16.
+DIGIT, SENTENCE, MARKER, ASK = 1, 11, 15, 16
 
 # Big enough for recall (at least 17 tokens), small enough to train in a blink.
 TINY = lg.Setup(
@@ -37,6 +40,7 @@ TINY = lg.Setup(
     max_steps=4,
     check_every=2,
     learning_rates=(3e-3, 1e-2),
+    grid_seed=100,
     valid_batch=8,
     eval_batch=8,
     position_range=32,
@@ -71,6 +75,13 @@ def _answers(task, tokens):
     if task.kind == "copy":
         answers[:, task.lag :] = tokens[:, : tokens.shape[1] - task.lag]
         return answers
+    if task.kind == "passkey":
+        for row in range(tokens.shape[0]):
+            seq = tokens[row].tolist()
+            marker, query = seq.index(MARKER), seq.index(ASK)
+            for i in range(3):
+                answers[row, query + i] = seq[marker + 1 + i]
+        return answers
     for row in range(tokens.shape[0]):
         value_of = {}
         for t, token in enumerate(tokens[row].tolist()):
@@ -85,6 +96,8 @@ def _scored_positions(task, length):
     """The positions a task scores in a sequence of ``length`` task tokens."""
     if task.kind == "copy":
         return list(range(task.lag + 1, length + 1))
+    if task.kind == "passkey":
+        return [length - 2, length - 1, length]
     return list(range(length - FACTS + 1, length + 1))
 
 
@@ -133,7 +146,35 @@ def test_recall_has_eight_facts_with_distinct_keys_then_eight_queries(length):
         assert torch.all(targets[row, : queries[0]] == -1)
 
 
-@pytest.mark.parametrize("name", ["copy_lag3", "recall"])
+@pytest.mark.parametrize("length", [8, 9, 32, 128])
+def test_passkey_hides_three_digits_in_the_filler_and_asks_for_them_at_the_end(length):
+    task = lg.parse_task("passkey")
+    assert task.vocab_size == ASK + 1 and task.min_length == 8
+    tokens, targets = lg.make_batch(task, torch.Generator().manual_seed(2), 400, length)
+    assert tokens.shape == targets.shape == (400, length + 1)
+    markers = []
+    for row in range(400):
+        seq = tokens[row].tolist()
+        assert seq[0] == 0 and seq.count(MARKER) == 1 and seq.count(ASK) == 1
+        marker, query = seq.index(MARKER), seq.index(ASK)
+        assert query == length - 2 and 1 <= marker <= length - 6
+        digits = seq[marker + 1 : marker + 4]
+        assert all(DIGIT <= d < SENTENCE for d in digits)
+        # The filler sentence everywhere else, its four tokens in turn.
+        for t in set(range(1, query)) - set(range(marker, marker + 4)):
+            assert seq[t] == SENTENCE + (t - 1) % 4, (row, t)
+        assert seq[query + 1 :] == digits[:2]
+        assert targets[row, query:].tolist() == digits
+        assert torch.all(targets[row, :query] == -1)
+        markers.append(marker)
+    # The marker goes everywhere it may (400 draws cover 26 places, not 122), the
+    # digits take every value.
+    if length <= 32:
+        assert set(markers) == set(range(1, length - 5))
+    assert set(targets[targets >= 0].tolist()) == set(range(DIGIT, SENTENCE))
+
+
+@pytest.mark.parametrize("name", ["copy_lag3", "recall", "passkey"])
 def test_make_batch_is_determined_by_the_generator(name):
     task = lg.parse_task(name)
     a = lg.make_batch(task, torch.Generator().manual_seed(3), 8, 20)
@@ -147,7 +188,7 @@ def test_make_batch_is_determined_by_the_generator(name):
     assert not torch.equal(first[0], second[0])
 
 
-@pytest.mark.parametrize("name", ["copy_lag3", "copy_lag16", "recall"])
+@pytest.mark.parametrize("name", ["copy_lag3", "copy_lag16", "recall", "passkey"])
 def test_held_out_data_depend_only_on_task_length_and_batch(name):
     task = lg.parse_task(name)
     test = lg.held_out_batch(task, 32, 16)
@@ -242,6 +283,15 @@ def test_evaluate_recall_scores_the_eight_queries_only():
     assert loss == pytest.approx(_oracle_loss(task, 4, 4), rel=1e-9)
 
 
+def test_evaluate_passkey_scores_the_three_digits_only():
+    task, setup = lg.parse_task("passkey"), lg.QUICK.setup
+    oracle = _Oracle(task, cut=33)
+    _, accuracy, beyond, per_position = lg.evaluate(oracle, task, lg.ARMS["t5"], setup, 34)
+    # Scored: the query at 32 and the two digits after it; right: 32 only.
+    assert accuracy == beyond == 1 / 3
+    assert per_position == {32: 1.0, 33: 0.0, 34: 0.0}
+
+
 def test_evaluate_validation_uses_the_validation_set():
     task, setup = lg.parse_task("recall"), lg.QUICK.setup
     oracle = _Oracle(task, cut=10**6)
@@ -313,6 +363,59 @@ def test_train_returns_the_validation_accuracy_of_the_model_it_returns():
     assert accuracy == lg.evaluate(model, task, arm, SMALL, SMALL.train_len, validation=True)[1]
 
 
+def test_train_to_budget_trains_the_whole_budget_and_keeps_the_model_at_the_target(
+    monkeypatch,
+):
+    task, arm = lg.parse_task("copy_lag3"), lg.ARMS["rope"]
+    setup = dataclasses.replace(SMALL, max_steps=8)
+    checks, calls = [0.5, setup.target_accuracy, 0.2, 0.3], []
+
+    def fake_evaluate(*args, **kwargs):
+        calls.append(args)
+        return 1.0, checks[len(calls) - 1], math.nan, {}
+
+    monkeypatch.setattr(lg, "evaluate", fake_evaluate)
+    runs = lg.train_to_budget(task, arm, 0, 1e-2, setup)
+    assert list(runs) == ["target", "budget"]
+    (at, at_steps, at_accuracy), (end, end_steps, end_accuracy) = runs.values()
+    assert (at_steps, at_accuracy) == (2 * setup.check_every, setup.target_accuracy)
+    assert (end_steps, end_accuracy) == (setup.max_steps, 0.3)
+    assert not at.training and not end.training
+    # A copy, trained no further: the same as training stopped at the target.
+    calls.clear()
+    stopped = lg.train(task, arm, 0, 1e-2, dataclasses.replace(setup, max_steps=4))[0]
+    for name, x in at.state_dict().items():
+        assert torch.equal(x, stopped.state_dict()[name]), name
+    assert not torch.equal(at.head.weight, end.head.weight)
+
+
+def test_train_to_budget_without_the_target_gives_the_final_model_twice(monkeypatch):
+    monkeypatch.setattr(lg, "evaluate", lambda *a, **k: (1.0, 0.25, math.nan, {}))
+    runs = lg.train_to_budget(lg.parse_task("recall"), lg.ARMS["t5"], 0, 1e-2, TINY)
+    assert runs["target"] is runs["budget"] and runs["budget"][1:] == (TINY.max_steps, 0.25)
+
+
+@pytest.mark.parametrize(("arm", "varies"), [("randomized_rope", True), ("rope", False)])
+def test_only_the_randomized_arm_trains_on_lengths_drawn_up_to_the_training_length(
+    monkeypatch, arm, varies
+):
+    lengths, make_batch = [], lg.make_batch
+
+    def recording(task, generator, batch, length):
+        lengths.append(length)
+        return make_batch(task, generator, batch, length)
+
+    monkeypatch.setattr(lg, "make_batch", recording)
+    monkeypatch.setattr(lg, "evaluate", lambda *a, **k: (1.0, 0.0, math.nan, {}))
+    setup = dataclasses.replace(SMALL, max_steps=40, check_every=40)
+    lg.train(lg.parse_task("copy_lag3"), lg.ARMS[arm], 0, 1e-2, setup)
+    assert len(lengths) == 40
+    if varies:  # 4 .. 8 for a lag-3 copy at N = 8, each length drawn
+        assert set(lengths) == set(range(4, 9))
+    else:
+        assert set(lengths) == {8}
+
+
 @pytest.mark.parametrize("arm", ["t5", "randomized_rope"])
 def test_training_is_reproducible_from_the_seed(arm):
     task, arm = lg.parse_task("copy_lag3"), lg.ARMS[arm]
@@ -326,10 +429,12 @@ def test_training_is_reproducible_from_the_seed(arm):
 # -- the learning-rate choice ----------------------------------------------------------
 
 
-def _grid(*runs, seed=0, task="copy_lag3", arm="rope"):
+def _grid(*runs, seed=0, task="copy_lag3", arm="rope", regime="target"):
     """CSV-like rows (strings, two evaluation lengths each) for (lr, steps, valid) runs."""
     return [
         {
+            "setup": GRID.id,
+            "regime": regime,
             "task": task,
             "arm": arm,
             "seed": str(seed),
@@ -375,11 +480,22 @@ def test_chosen_rate_needs_the_whole_grid_at_the_grid_seed():
     assert lg.chosen_learning_rates(complete + incomplete, GRID) == {("copy_lag3", "alibi"): 1e-2}
 
 
+def test_chosen_rate_reads_the_target_regime_of_its_own_setup_only():
+    grid = _grid((1e-2, 3000, 0.5), (3e-3, 900, 1.0), (1e-3, 3000, 0.6))
+    budget = _grid((1e-2, 3000, 1.0), (3e-3, 3000, 0.2), (1e-3, 3000, 0.3), regime="budget")
+    other = [{**r, "setup": "0123456789ab", "steps": "100"} for r in _grid((1e-3, 1, 1.0))]
+    assert lg.chosen_learning_rates(budget + other + grid, GRID) == {KEY: 3e-3}
+    # Rows that name neither (an older file) count as the target regime of this setup.
+    bare = [{k: v for k, v in r.items() if k not in ("setup", "regime")} for r in grid]
+    assert lg.chosen_learning_rates(bare, GRID) == {KEY: 3e-3}
+
+
 def test_chosen_rate_ignores_seeds_other_than_the_grid_seed():
     grid = _grid((1e-2, 3000, 0.5), (3e-3, 900, 1.0), (1e-3, 3000, 0.6))
     other = _grid((1e-2, 100, 1.0), (3e-3, 3000, 0.2), (1e-3, 3000, 0.3), seed=1)
     assert lg.chosen_learning_rates(other + grid, GRID) == {KEY: 3e-3}
     at_seed_1 = dataclasses.replace(GRID, grid_seed=1)
+    other = [{**r, "setup": at_seed_1.id} for r in other]
     assert lg.chosen_learning_rates(other + grid, at_seed_1) == {KEY: 1e-2}
 
 
@@ -389,6 +505,7 @@ def test_chosen_rate_ignores_seeds_other_than_the_grid_seed():
 def test_parse_task_reads_the_task_names_and_refuses_others():
     assert lg.parse_task("copy_lag16") == lg.Task("copy_lag16", "copy", 16)
     assert lg.parse_task("recall") == lg.Task("recall", "recall")
+    assert lg.parse_task("passkey") == lg.Task("passkey", "passkey")
     for name in ("nope", "copy_lag0", "copy_lag03", "copy_lag", "copy_lag-1", "recall2"):
         with pytest.raises(ValueError, match=f"unknown task '{name}'"):
             lg.parse_task(name)
@@ -408,6 +525,10 @@ def test_plan_refuses_impossible_plans():
     short = lg.Setup(train_len=16, eval_lens=(16, 32))
     with pytest.raises(ValueError, match="recall needs a training length of at least 17"):
         lg.Plan(short, tasks=("recall",))
+    tiny = lg.Setup(train_len=7, eval_lens=(7, 14), position_range=16)
+    with pytest.raises(ValueError, match="passkey needs a training length of at least 8"):
+        lg.Plan(tiny, tasks=("passkey",))
+    assert lg.Plan(dataclasses.replace(tiny, train_len=8, eval_lens=(8,)), tasks=("passkey",))
     for name in ("main_seeds", "other_seeds"):
         with pytest.raises(ValueError, match=f"{name} must be >= 1, got 0"):
             lg.Plan(**{name: 0})
@@ -430,13 +551,21 @@ def test_setup_refuses_impossible_setups():
 
 
 def test_setup_id_changes_with_any_setting():
-    assert lg.Setup().id == lg.FULL.setup.id
+    assert lg.Setup().id != lg.FULL.setup.id
     assert len({lg.Setup().id, lg.Setup(max_steps=3100).id, lg.Setup(grid_seed=1).id}) == 3
 
 
 def test_run_refuses_jobs_below_one(tmp_path):
     with pytest.raises(ValueError, match="jobs must be >= 1, got 0"):
         lg.run(TINY_PLAN, tmp_path / "out.csv", jobs=0, progress=False)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("grid_seed", [0, 1])
+def test_run_refuses_a_grid_seed_that_is_a_counted_seed(tmp_path, grid_seed):
+    plan = dataclasses.replace(TINY_PLAN, setup=dataclasses.replace(TINY, grid_seed=grid_seed))
+    with pytest.raises(ValueError, match=f"grid seed \\({grid_seed}\\) must not be one of"):
+        lg.run(plan, tmp_path / "out.csv", progress=False)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -475,9 +604,10 @@ def test_converged_is_decided_on_the_unrounded_accuracy_and_the_choice_reads_it(
     # short of the target, yet it rounds to 0.99 on the row. The row says "not
     # converged", and chosen_learning_rates believes the column, not the rounding.
     setup = lg.FULL.setup
-    monkeypatch.setattr(lg, "train", lambda *args: (None, setup.max_steps, 4055 / 4096))
+    run = (None, setup.max_steps, 4055 / 4096)
+    monkeypatch.setattr(lg, "train_to_budget", lambda *args: {"target": run, "budget": run})
     monkeypatch.setattr(lg, "evaluate", lambda *args, **kwargs: (0.5, 0.5, 0.5, {}))
-    results, _ = lg.one_run("copy_lag16", "rope", 0, 1e-3, setup)
+    results, _ = lg.one_run("copy_lag16", "rope", setup.grid_seed, 1e-3, setup)
     assert {(r["valid_accuracy"], r["converged"]) for r in results} == {(0.99, 0)}
     grid = [
         {**results[0], "learning_rate": lr, "steps": steps, "converged": converged}
@@ -522,10 +652,14 @@ def _check_results(path, plan):
     assert _run_keys(rows) == expected
     by_run = {}
     for row in rows:
-        by_run.setdefault(_run_keys([row]).pop(), []).append(row)
+        by_run.setdefault((*_run_keys([row]).pop(), row["regime"]), []).append(row)
+    assert {key[-1] for key in by_run} == set(lg.REGIMES)
+    assert len(by_run) == len(lg.REGIMES) * len(expected)
     for key, run_rows in by_run.items():
         assert sorted(int(r["eval_len"]) for r in run_rows) == list(setup.eval_lens), key
         assert len({(r["steps"], r["valid_accuracy"], r["converged"]) for r in run_rows}) == 1
+        if key[-1] == "budget":
+            assert int(run_rows[0]["steps"]) == setup.max_steps
     for row in rows:
         assert int(row["train_len"]) == setup.train_len
         assert 0.0 <= float(row["accuracy"]) <= 1.0
@@ -557,7 +691,9 @@ def _check_results(path, plan):
     at = {}
     for row in positions:
         assert 0.0 <= float(row["accuracy"]) <= 1.0
-        at.setdefault(_run_keys([row]).pop(), []).append((int(row["position"]), row))
+        key = (*_run_keys([row]).pop(), row["regime"])
+        at.setdefault(key, []).append((int(row["position"]), row))
+    assert set(at) == set(by_run)
     for key, entries in at.items():
         scored = _scored_positions(lg.parse_task(key[0]), longest)
         assert sorted(p for p, _ in entries) == scored, key
@@ -573,7 +709,7 @@ def _check_results(path, plan):
 
 def _runs_in(plan):
     return sum(
-        len(plan.setup.learning_rates) - 1 + len(plan.seeds(task))
+        len(plan.setup.learning_rates) + len(plan.seeds(task))
         for task in plan.tasks
         for _ in plan.arms
     )
@@ -599,7 +735,7 @@ def copied(tiny_run, tmp_path):
 
 def test_run_writes_every_run_of_the_plan(tiny_run):
     out, made = tiny_run
-    assert made == _runs_in(TINY_PLAN) == 10
+    assert made == _runs_in(TINY_PLAN) == 14
     _check_results(out, TINY_PLAN)
 
 
@@ -613,7 +749,7 @@ def test_run_again_makes_nothing_and_changes_nothing(copied):
 def test_an_interrupted_run_is_made_again_once(copied):
     out, positions = copied
     lines = out.read_text().splitlines(keepends=True)
-    n = len(TINY.eval_lens)
+    n = len(lg.REGIMES) * len(TINY.eval_lens)
     last = _run_keys(csv.DictReader(lines[:1] + lines[-n:]))
     assert len(last) == 1  # the last rows are one run's
     # Interrupted after the run's positions were written, before its results were.
@@ -728,9 +864,15 @@ def test_the_script_refuses_bad_arguments_without_a_traceback(tmp_path, argv, me
 
 def test_the_full_plan_is_the_one_the_chapter_describes():
     plan = lg.FULL
-    assert plan.tasks == ("copy_lag3", "copy_lag16", "recall") and plan.arms == tuple(lg.ARMS)
+    tasks = ("copy_lag3", "copy_lag16", "recall", "passkey")
+    assert plan.tasks == tasks and plan.arms == tuple(lg.ARMS)
     assert plan.seeds("copy_lag3") == range(10)
-    assert plan.seeds("copy_lag16") == plan.seeds("recall") == range(5)
+    assert all(plan.seeds(task) == range(5) for task in tasks[1:])
+    assert plan.setup.grid_seed not in range(10)
+    assert plan.setup.max_steps == 2000 and plan.setup.position_range == 2048
+    randomized = lg.ARMS["randomized_rope"]
+    assert randomized.randomized and randomized.variable_length
+    assert not any(a.variable_length for a in lg.ARMS.values() if a is not randomized)
     assert plan.setup.eval_lens[0] == plan.setup.train_len
     assert max(plan.setup.eval_lens) == 128 == 4 * plan.setup.train_len
     assert plan.setup.max_steps % plan.setup.check_every == 0

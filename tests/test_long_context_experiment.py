@@ -121,7 +121,14 @@ def test_study_refuses_what_it_cannot_run(tmp_path):
 
 
 def test_committed_results_have_the_structure_the_full_run_writes():
-    assert lc.FULL.plan == lg.FULL and lc.FULL.seeds >= 5
+    # Chapter 10's models are trained as chapter 9's first study trained them; the
+    # learning rates come from that study's grid for RoPE, kept beside the results.
+    assert lc.FULL.plan.setup == lg.Setup() and lc.FULL.seeds >= 5
+    with (ROOT / "data" / "long_context_rates.csv").open(newline="") as handle:
+        grid = list(csv.DictReader(handle))
+    assert {(r["arm"], r["setup"]) for r in grid} == {("rope", lg.Setup().id)}
+    rates = lg.chosen_learning_rates(grid, lc.FULL.plan.setup)
+    assert {task for task, _ in rates} >= set(lc.FULL.tasks)
     assert lc.FULL.eval_lens == (32, 64, 128, 256)
     _check(ROOT / "data" / "long_context.csv", lc.FULL)
 

@@ -1,6 +1,6 @@
 """Train short, test long: does a positional method extrapolate? (chapter 9)
 
-Three task families, each a causal next-step task on sequences that start with the
+Four task families, each a causal next-step task on sequences that start with the
 same fixed start token (id 0, position 0) for every arm:
 
 - ``copy_lag3`` / ``copy_lagK``: random symbols; at position t the answer is the
@@ -9,17 +9,24 @@ same fixed start token (id 0, position 0) for every arm:
 - ``recall``: eight key-value facts scattered among filler symbols, then eight
   queries (a key seen earlier); the answer to a query is its key's value. Content
   finds the answer; position only has to stay out of the way as the facts move away.
+- ``passkey``: a three-digit number after a marker, hidden at a random place in a
+  repeated filler "sentence"; at the end a query token asks for it, digit by digit
+  (the probe of Mohtashami and Jaggi 2023, used by the position-interpolation paper).
 
 Seven arms (:data:`ARMS`): no encoding (NoPE), sinusoidal, learned, RoPE, ALiBi, T5
-buckets, and randomized RoPE: RoPE at sorted random positions drawn from a range
-larger than any test length, in training and at test (Ruoss et al. 2023).
+buckets, and randomized RoPE as Ruoss et al. (2023) train it: RoPE at sorted random
+positions drawn from a range (2,048) far larger than any test length, in training and
+at test, with every training batch of a length drawn uniformly up to the training
+length.
 
-For every (task, arm) the learning rate is chosen on a small grid with one seed (the
-fewest steps to reach the target accuracy at the training length, else the highest
-accuracy); every run trains until its held-out accuracy at the training length
-reaches ``target_accuracy`` or ``max_steps``; then it is evaluated at lengths up to
-four times the training length, on held-out sequences that depend only on the task
-and the length.
+For every (task, arm) the learning rate is chosen on a small grid with a seed of its
+own (``grid_seed``, never one of the counted seeds): the fewest steps to reach the
+target accuracy at the training length, else the highest accuracy. Every counted run
+then trains for the same budget of ``max_steps`` steps, and is evaluated twice, at
+lengths up to four times the training length, on held-out sequences that depend only
+on the task and the length: as it was at the first check whose held-out accuracy at
+the training length reached ``target_accuracy`` (regime ``target``; the budget's end
+if none did), and at the end of the budget (regime ``budget``).
 
 Run it from the repository's root::
 
@@ -27,7 +34,7 @@ Run it from the repository's root::
     python -m posenc.experiments.length_generalization --quick    # a smoke run
 
 It appends to ``data/length_generalization.csv`` (one row per task, arm, seed,
-learning rate and evaluation length) and ``data/length_generalization_positions.csv``
+learning rate, regime and evaluation length) and ``data/length_generalization_positions.csv``
 (accuracy at every scored position of the longest evaluation), and skips the runs
 already there: an interrupted run resumes. Every row carries the id of the setup
 that produced it; a file written under another setup is refused, never mixed.
@@ -37,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import copy
 import csv
 import dataclasses
 import hashlib
@@ -75,6 +83,7 @@ __all__ = [
     "parse_task",
     "run",
     "train",
+    "train_to_budget",
 ]
 
 BOS = 0
@@ -85,10 +94,17 @@ SYMBOLS = 16
 
 RECALL_KEYS, RECALL_VALUES, RECALL_FILLERS, RECALL_FACTS = 16, 8, 8, 8
 
+PASSKEY_DIGITS, PASSKEY_FILLERS = 3, 4
+"""A passkey is three digits (0-9); the filler is a "sentence" of four tokens, repeated."""
+PASSKEY_FIRST_DIGIT = 1
+PASSKEY_FIRST_FILLER = PASSKEY_FIRST_DIGIT + 10
+PASSKEY_MARKER = PASSKEY_FIRST_FILLER + PASSKEY_FILLERS
+PASSKEY_QUERY = PASSKEY_MARKER + 1
+
 
 @dataclasses.dataclass(frozen=True)
 class Task:
-    """A task family: ``copy`` with a lag, or ``recall``."""
+    """A task family: ``copy`` with a lag, ``recall`` or ``passkey``."""
 
     name: str
     kind: str
@@ -98,11 +114,28 @@ class Task:
     def vocab_size(self) -> int:
         if self.kind == "copy":
             return 1 + SYMBOLS
+        if self.kind == "passkey":
+            return PASSKEY_QUERY + 1
         # start, key-value fact tokens, query tokens, fillers, answer (value) tokens
         return 1 + RECALL_KEYS * RECALL_VALUES + RECALL_KEYS + RECALL_FILLERS + RECALL_VALUES
 
+    @property
+    def min_length(self) -> int:
+        """The shortest sequence (after the start token) the task can be posed at."""
+        if self.kind == "copy":
+            return self.lag + 1
+        if self.kind == "passkey":
+            # the marker and the digits, then the query and two digits, and a second
+            # place for the marker
+            return 2 * PASSKEY_DIGITS + 2
+        return 2 * RECALL_FACTS + 1
+
     def check_length(self, length: int) -> None:
         """Refuse a training length the task cannot be posed at."""
+        if self.kind == "passkey" and length < self.min_length:
+            raise ValueError(
+                f"task passkey needs a training length of at least {self.min_length}, got {length}"
+            )
         if self.kind == "copy" and not self.lag < length:
             raise ValueError(
                 f"task {self.name}: the lag ({self.lag}) must be shorter than the training "
@@ -116,26 +149,33 @@ class Task:
 
 
 def parse_task(name: str) -> Task:
-    """``"recall"`` or ``"copy_lag<K>"`` (K >= 1) -> :class:`Task`; anything else raises."""
-    if name == "recall":
-        return Task("recall", "recall")
+    """``"recall"``, ``"passkey"`` or ``"copy_lag<K>"`` (K >= 1) -> :class:`Task`.
+
+    Anything else raises.
+    """
+    if name in ("recall", "passkey"):
+        return Task(name, name)
     match = re.fullmatch(r"copy_lag([1-9][0-9]*)", name)
     if match is None:
-        raise ValueError(f"unknown task {name!r}; choose 'copy_lag<K>' (K >= 1) or 'recall'")
+        raise ValueError(
+            f"unknown task {name!r}; choose 'copy_lag<K>' (K >= 1), 'recall' or 'passkey'"
+        )
     return Task(name, "copy", int(match.group(1)))
 
 
-TASKS = ("copy_lag3", "copy_lag16", "recall")
+TASKS = ("copy_lag3", "copy_lag16", "recall", "passkey")
 """The full run's tasks; the first is the main one (most seeds)."""
 
 
 @dataclasses.dataclass(frozen=True)
 class Arm:
-    """One positional method: the model's encoding, and whether positions are randomized."""
+    """One positional method: the model's encoding, whether positions are randomized, and
+    whether each training batch has a random length (1 .. N, as far as the task allows)."""
 
     name: str
     encoding: str
     randomized: bool = False
+    variable_length: bool = False
 
 
 ARMS = {
@@ -147,7 +187,7 @@ ARMS = {
         Arm("rope", "rope"),
         Arm("alibi", "alibi"),
         Arm("t5", "t5"),
-        Arm("randomized_rope", "rope", randomized=True),
+        Arm("randomized_rope", "rope", randomized=True, variable_length=True),
     )
 }
 """Every arm by name. A new arm (scaled RoPE frequencies, say) is one more entry."""
@@ -155,7 +195,12 @@ ARMS = {
 
 @dataclasses.dataclass(frozen=True)
 class Setup:
-    """Everything that determines one run's outcome; its id is stored on every row."""
+    """Everything that determines one run's outcome; its id is stored on every row.
+
+    The defaults are the setup chapter 10's models were trained under (each run stops at
+    the target, at most 3,000 steps, learning rates chosen with seed 0); chapter 9's
+    full run (:data:`FULL`) changes three of them.
+    """
 
     train_len: int = 32
     eval_lens: tuple[int, ...] = (32, 48, 64, 96, 128)
@@ -244,8 +289,10 @@ class Plan:
         return range(self.main_seeds if task == self.tasks[0] else self.other_seeds)
 
 
-FULL = Plan()
-"""The run whose results the book commits and chapter 9 reads."""
+FULL = Plan(Setup(max_steps=2000, grid_seed=1000, position_range=2048))
+"""The run whose results the book commits and chapter 9 reads: every arm trains for the
+same 2,000 steps, the learning rates are chosen with seed 1000 (seeds 0 .. 9 are the
+counted ones), and randomized positions come from 1 .. 2,047 as in Ruoss et al."""
 
 QUICK = Plan(
     Setup(
@@ -257,6 +304,7 @@ QUICK = Plan(
         max_steps=20,
         check_every=10,
         learning_rates=(3e-3, 1e-2),
+        grid_seed=100,
         valid_batch=16,
         eval_batch=16,
         position_range=64,
@@ -282,6 +330,8 @@ def make_batch(task: Task, generator: torch.Generator, batch: int, length: int):
         tokens = torch.cat([torch.full((batch, 1), BOS), body], dim=1)
         targets[:, 1 + task.lag :] = tokens[:, 1 : -task.lag]
         return tokens, targets
+    if task.kind == "passkey":
+        return _passkey_batch(generator, batch, length)
     facts, first_query = RECALL_FACTS, 1 + RECALL_KEYS * RECALL_VALUES
     first_filler = first_query + RECALL_KEYS
     first_answer = first_filler + RECALL_FILLERS
@@ -296,6 +346,30 @@ def make_batch(task: Task, generator: torch.Generator, batch: int, length: int):
         asked = torch.randint(0, facts, (facts,), generator=generator)
         tokens[row, context + 1 :] = first_query + keys[asked]
         targets[row, context + 1 :] = first_answer + values[asked]
+    return tokens, targets
+
+
+def _passkey_batch(generator: torch.Generator, batch: int, length: int):
+    """Filler, a marker and three digits somewhere, then the query and the digits.
+
+    Positions 1 .. length hold the filler sentence (its four tokens in turn); the
+    marker sits at a uniform place p in 1 .. length - 6, the digits at p + 1 .. p + 3;
+    the last three positions hold the query and the first two digits, and the three
+    digits are their targets.
+    """
+    n = PASSKEY_DIGITS
+    filler = PASSKEY_FIRST_FILLER + torch.arange(length) % PASSKEY_FILLERS
+    tokens = torch.cat([torch.tensor([BOS]), filler]).repeat(batch, 1)
+    targets = torch.full((batch, length + 1), -1, dtype=torch.int64)
+    digits = torch.randint(0, 10, (batch, n), generator=generator) + PASSKEY_FIRST_DIGIT
+    marker = torch.randint(1, length - 2 * n + 1, (batch,), generator=generator)
+    rows = torch.arange(batch)
+    tokens[rows, marker] = PASSKEY_MARKER
+    for i in range(n):
+        tokens[rows, marker + 1 + i] = digits[:, i]
+    tokens[:, length - n + 1] = PASSKEY_QUERY
+    tokens[:, length - n + 2 :] = digits[:, : n - 1]
+    targets[:, length - n + 1 :] = digits
     return tokens, targets
 
 
@@ -383,31 +457,54 @@ def evaluate(model, task: Task, arm: Arm, setup: Setup, length: int, *, validati
     )
 
 
-def train(task: Task, arm: Arm, seed: int, learning_rate: float, setup: Setup):
-    """Train until the validation accuracy at train_len reaches the target, or max_steps.
-
-    Returns (model, steps taken, final validation accuracy).
-    """
+def _training(task: Task, arm: Arm, seed: int, learning_rate: float, setup: Setup):
+    """Yield (model in eval mode, steps so far, validation accuracy) after every check."""
     torch.manual_seed(seed)
     model = _model(task, arm, setup)
     optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0)
     data = torch.Generator().manual_seed(seed)
-    steps, accuracy = 0, 0.0
+    steps = 0
     while steps < setup.max_steps:
         model.train()
         for _ in range(setup.check_every):
-            tokens, targets = make_batch(task, data, setup.batch_size, setup.train_len)
-            positions = _positions(arm, setup, data, setup.batch_size, setup.train_len)
+            length = setup.train_len
+            if arm.variable_length:
+                length = int(torch.randint(task.min_length, length + 1, (1,), generator=data))
+            tokens, targets = make_batch(task, data, setup.batch_size, length)
+            positions = _positions(arm, setup, data, setup.batch_size, length)
             loss, _, scored = _correct(model, tokens, targets, positions)
             optimizer.zero_grad()
             (loss.sum() / scored.sum()).backward()
             optimizer.step()
         steps += setup.check_every
         model.eval()
-        accuracy = evaluate(model, task, arm, setup, setup.train_len, validation=True)[1]
-        if accuracy >= setup.target_accuracy:
+        yield model, steps, evaluate(model, task, arm, setup, setup.train_len, validation=True)[1]
+
+
+def train(task: Task, arm: Arm, seed: int, learning_rate: float, setup: Setup):
+    """Train until the validation accuracy at train_len reaches the target, or max_steps.
+
+    Returns (model, steps taken, final validation accuracy).
+    """
+    for result in _training(task, arm, seed, learning_rate, setup):
+        if result[2] >= setup.target_accuracy:
             break
-    return model.eval(), steps, accuracy
+    return result
+
+
+def train_to_budget(task: Task, arm: Arm, seed: int, learning_rate: float, setup: Setup):
+    """Train for exactly max_steps steps, keeping a copy of the model at the target.
+
+    Returns ``{"target": (model, steps, accuracy), "budget": (model, steps, accuracy)}``:
+    the model at the first check whose validation accuracy reached the target (the
+    final one if none did), and the model after the whole budget.
+    """
+    at_target = None
+    for model, steps, accuracy in _training(task, arm, seed, learning_rate, setup):
+        if at_target is None and accuracy >= setup.target_accuracy:
+            at_target = copy.deepcopy(model), steps, accuracy
+    budget = model, steps, accuracy
+    return {"target": at_target or budget, "budget": budget}
 
 
 RESULT_FIELDS = (
@@ -416,6 +513,7 @@ RESULT_FIELDS = (
     "arm",
     "seed",
     "learning_rate",
+    "regime",
     "steps",
     "valid_accuracy",
     "converged",
@@ -431,6 +529,7 @@ POSITION_FIELDS = (
     "arm",
     "seed",
     "learning_rate",
+    "regime",
     "eval_len",
     "position",
     "accuracy",
@@ -438,23 +537,33 @@ POSITION_FIELDS = (
 
 
 def one_run(task_name: str, arm_name: str, seed: int, learning_rate: float, setup: Setup):
-    """Train and evaluate one (task, arm, seed, learning rate): (result rows, position rows)."""
+    """Train and evaluate one (task, arm, seed, learning rate) in both regimes:
+    (result rows, position rows)."""
     torch.set_num_threads(1)
     task, arm = parse_task(task_name), ARMS[arm_name]
-    model, steps, valid = train(task, arm, seed, learning_rate, setup)
-    key = {
-        "setup": setup.id,
-        "task": task_name,
-        "arm": arm_name,
-        "seed": seed,
-        "learning_rate": learning_rate,
-    }
+    results, positions = [], []
+    for regime, run_result in train_to_budget(task, arm, seed, learning_rate, setup).items():
+        rows = _evaluated(task, arm, setup, *run_result)
+        key = {
+            "setup": setup.id,
+            "task": task_name,
+            "arm": arm_name,
+            "seed": seed,
+            "learning_rate": learning_rate,
+            "regime": regime,
+        }
+        results += [{**key, **row} for row in rows[0]]
+        positions += [{**key, **row} for row in rows[1]]
+    return results, positions
+
+
+def _evaluated(task: Task, arm: Arm, setup: Setup, model, steps: int, valid: float):
+    """Result rows and position rows of one trained model, without their key."""
     results, positions = [], []
     for length in setup.eval_lens:
         loss, accuracy, beyond, per_position = evaluate(model, task, arm, setup, length)
         results.append(
             {
-                **key,
                 "steps": steps,
                 "valid_accuracy": round(valid, 4),
                 "converged": int(valid >= setup.target_accuracy),
@@ -467,7 +576,7 @@ def one_run(task_name: str, arm_name: str, seed: int, learning_rate: float, setu
         )
         if length == max(setup.eval_lens):
             positions.extend(
-                {**key, "eval_len": length, "position": t, "accuracy": round(a, 4)}
+                {"eval_len": length, "position": t, "accuracy": round(a, 4)}
                 for t, a in per_position.items()
             )
     return results, positions
@@ -482,12 +591,15 @@ def chosen_learning_rates(rows: Iterable[dict], setup: Setup) -> dict[tuple[str,
     The rate that reached the target in the fewest steps; if none did, the one with the
     highest validation accuracy; ties go to the smaller rate. Whether a run reached the
     target is its ``converged`` column, decided on the unrounded accuracy (the stored
-    ``valid_accuracy`` is rounded to four decimals). Only (task, arm) pairs
-    whose whole grid is present get a rate.
+    ``valid_accuracy`` is rounded to four decimals). Only rows of ``setup`` (where they
+    name one) and of the ``target`` regime (where they name one) are read; only (task,
+    arm) pairs whose whole grid is present get a rate.
     """
     grid: dict[tuple[str, str], dict[float, tuple[int, float]]] = {}
     for row in rows:
         if int(row["seed"]) != setup.grid_seed:
+            continue
+        if row.get("setup", setup.id) != setup.id or row.get("regime", "target") != "target":
             continue
         lr = float(row["learning_rate"])
         if lr in setup.learning_rates:
@@ -543,7 +655,11 @@ def _append(path: Path, fields: Sequence[str], rows: Sequence[dict]) -> None:
 
 
 def _key(row: dict) -> tuple[str, str, int, float]:
+    """A run's key; its rows are one per regime and evaluation length."""
     return row["task"], row["arm"], int(row["seed"]), float(row["learning_rate"])
+
+
+REGIMES = ("target", "budget")
 
 
 def run(plan: Plan, out: Path, *, jobs: int = 1, progress: bool = True) -> int:
@@ -555,12 +671,18 @@ def run(plan: Plan, out: Path, *, jobs: int = 1, progress: bool = True) -> int:
     if jobs < 1:
         raise ValueError(f"jobs must be >= 1, got {jobs}")
     setup = plan.setup
+    counted = range(max(plan.main_seeds, plan.other_seeds))
+    if setup.grid_seed in counted:
+        raise ValueError(
+            f"the grid seed ({setup.grid_seed}) must not be one of the counted seeds "
+            f"0 .. {counted[-1]}: its run chose the learning rate"
+        )
     positions_out = out.with_name(out.stem + "_positions.csv")
     results = _read(out, RESULT_FIELDS, setup)
     counts: dict[tuple, int] = {}
     for row in results:
         counts[_key(row)] = counts.get(_key(row), 0) + 1
-    done = {key for key, n in counts.items() if n == len(setup.eval_lens)}
+    done = {key for key, n in counts.items() if n == len(REGIMES) * len(setup.eval_lens)}
     if len(done) != len(counts):
         raise ValueError(f"{out} has a run with a missing evaluation length: rewrite it")
     # Position rows are written before result rows: drop those of unfinished runs.
@@ -572,7 +694,7 @@ def run(plan: Plan, out: Path, *, jobs: int = 1, progress: bool = True) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
 
     pairs = [(task, arm) for task in plan.tasks for arm in plan.arms]
-    total = sum(len(setup.learning_rates) - 1 + len(plan.seeds(task)) for task, _ in pairs)
+    total = sum(len(setup.learning_rates) + len(plan.seeds(task)) for task, _ in pairs)
     chosen = chosen_learning_rates(results, setup)
 
     def grid_runs(task, arm):

@@ -1,8 +1,11 @@
 """Stretching chapter 9's RoPE models to longer inputs with scaled frequencies.
 
 For each task and seed, the RoPE model of :mod:`posenc.experiments.length_generalization`
-is trained again exactly as there (same setup, seed and chosen learning rate, read
-from ``data/length_generalization.csv``), then evaluated at N, 2N, 4N and 8N:
+is trained again as chapter 9's first study trained it (:class:`~posenc.experiments.
+length_generalization.Setup`'s defaults: stop at 0.99, at most 3,000 steps; its RoPE
+runs, the learning-rate grid with seed 0 among them, are kept in
+``data/long_context_rates.csv``),
+then evaluated at N, 2N, 4N and 8N:
 
 - **zero-shot**, with every method of :func:`posenc.long_context.scaled_frequencies`
   at every factor in ``factors`` (original length N); YaRN once more without its
@@ -71,11 +74,15 @@ FIELDS = (
 )
 
 
+PLAN = lg.Plan(lg.Setup())
+"""Chapter 9's first study: RoPE models trained until 0.99, at most 3,000 steps."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Study:
     """What determines the rows: chapter 9's plan, and how its RoPE models are stretched."""
 
-    plan: lg.Plan = lg.FULL
+    plan: lg.Plan = PLAN
     tasks: tuple[str, ...] = ("copy_lag3", "recall")
     seeds: int = 5
     eval_factors: tuple[int, ...] = (1, 2, 4, 8)
@@ -348,7 +355,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         type=Path,
         default=None,
         help="chapter 9's results, for the learning rates (default "
-        "data/length_generalization.csv; with --quick, a quick run is made first)",
+        "data/long_context_rates.csv; with --quick, a quick run is made first)",
     )
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     args = parser.parse_args(argv)
@@ -362,7 +369,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if rates_from is None and args.quick:
             rates_from = out.with_name(out.stem + "_rates.csv")
             lg.run(dataclasses.replace(lg.QUICK, arms=("rope",)), rates_from, progress=False)
-        rates_from = rates_from or Path("data") / "length_generalization.csv"
+        rates_from = rates_from or Path("data") / "long_context_rates.csv"
         made = run(study, out, rates_from, jobs=args.jobs, progress=not args.no_progress)
     except ValueError as error:
         parser.error(str(error))
