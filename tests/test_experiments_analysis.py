@@ -9,6 +9,7 @@ import pytest
 
 from posenc.experiments.analysis import (
     bootstrap_interval,
+    rope_distance_scores,
     rope_lag_aliases,
     step_sizes,
     t_interval,
@@ -304,3 +305,40 @@ def test_rope_lag_aliases_refuse_bad_input():
     for base in (0.0, -1.0, math.nan, math.inf):
         with pytest.raises(ValueError, match="base"):
             rope_lag_aliases(3, 16, train_len=32, max_distance=128, base=base)
+
+
+def test_rope_distance_scores_are_the_rotated_scores_when_content_is_fixed():
+    # One query and one key vector at every position: the score of (t, s) depends on
+    # t - s alone, and the profile must give it exactly.
+    rng = np.random.default_rng(0)
+    pairs, length = 4, 20
+    theta = 10000.0 ** (-np.arange(pairs) / pairs)
+    q0, k0 = rng.normal(size=(2, 3, pairs)) + 1j * rng.normal(size=(2, 3, pairs))
+    queries = np.broadcast_to(q0[None, :, None, :], (2, 3, length, pairs))
+    keys = np.broadcast_to(k0[None, :, None, :], (2, 3, length, pairs))
+    turn = np.exp(1j * np.arange(length)[:, None] * theta)
+    scores = np.einsum("hti,hsi->hts", q0[:, None] * turn, np.conj(k0[:, None] * turn)).real
+    scores /= math.sqrt(2 * pairs)
+    profile = rope_distance_scores(queries, keys, theta, np.arange(length))
+    assert profile.shape == (3, length)
+    for t, s in [(0, 0), (5, 2), (19, 0), (12, 11)]:
+        np.testing.assert_allclose(profile[:, t - s], scores[:, t, s], atol=1e-12)
+
+
+def test_rope_distance_scores_average_content_away():
+    # Keys that flip sign at random positions have mean zero: no preference is left.
+    rng = np.random.default_rng(1)
+    q = np.ones((64, 1, 16, 2), complex)
+    k = np.ones((64, 1, 16, 2), complex) * rng.choice([-1, 1], size=(64, 1, 16, 1))
+    k -= k.mean(axis=2, keepdims=True)
+    assert np.abs(rope_distance_scores(q, k, [1.0, 0.1], range(40))).max() < 1e-12
+
+
+def test_rope_distance_scores_refuse_bad_arguments():
+    q = np.ones((1, 1, 4, 2), complex)
+    with pytest.raises(ValueError, match="complex arrays"):
+        rope_distance_scores(q.real, q.real, [1.0, 0.1], [0])
+    with pytest.raises(ValueError, match="complex arrays"):
+        rope_distance_scores(q, q[:, :, :3], [1.0, 0.1], [0])
+    with pytest.raises(ValueError, match="one frequency per pair"):
+        rope_distance_scores(q, q, [1.0], [0])

@@ -239,3 +239,23 @@ def test_attention_entropy_is_ln_of_the_keys_for_uniform_attention_and_0_for_one
     expected = torch.log(torch.arange(1, 10, dtype=torch.float32))
     torch.testing.assert_close(entropy, expected.expand_as(entropy), atol=1e-5, rtol=0)
     assert torch.all(entropy[..., 0] == 0)  # the first query sees one key
+
+
+def test_rope_queries_keys_turned_by_their_positions_give_the_attention_weights():
+    model = _model("rope")
+    tokens = _tokens(12)
+    theta, scale = model.rope_frequencies()
+    turn = np.exp(1j * np.arange(12)[:, None] * theta)  # pair i at position t: t theta_i
+    for layer, weights in enumerate(model.attention_weights(tokens)):
+        q, k = model.rope_queries_keys(tokens, layer)
+        assert q.shape == k.shape == (*weights.shape[:3], theta.size) and np.iscomplexobj(q)
+        scores = np.einsum("bhti,bhsi->bhts", q * turn, np.conj(k * turn)).real
+        scores *= scale / math.sqrt(2 * theta.size)
+        scores[..., np.triu_indices(12, 1)[0], np.triu_indices(12, 1)[1]] = -np.inf
+        expected = np.exp(scores - scores.max(-1, keepdims=True))
+        expected /= expected.sum(-1, keepdims=True)
+        np.testing.assert_allclose(weights.numpy(), expected, atol=2e-5)
+    with pytest.raises(ValueError, match="layer"):
+        model.rope_queries_keys(tokens, len(model.blocks))
+    with pytest.raises(ValueError, match="has no RoPE queries and keys"):
+        _model("alibi").rope_queries_keys(tokens, 0)

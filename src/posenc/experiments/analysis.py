@@ -10,6 +10,8 @@
   to the ``window`` positions from t on, for every t.
 - :func:`rope_lag_aliases` — from RoPE's frequencies alone, the distances past the
   training length that a head which finds the token ``lag`` back confuses with ``lag``.
+- :func:`rope_distance_scores` — a graded version: the score a RoPE head gives each
+  distance once content is averaged away, from its queries and keys before rotation.
 
 NumPy only: the chapter and the tests use these on the committed CSVs, no PyTorch.
 """
@@ -28,6 +30,7 @@ from posenc.alternatives import rope_frequencies
 __all__ = [
     "RopeAliases",
     "bootstrap_interval",
+    "rope_distance_scores",
     "rope_lag_aliases",
     "step_sizes",
     "t_interval",
@@ -205,3 +208,30 @@ def rope_lag_aliases(
     far = distance > train_len
     distances = tuple(int(d) for d in distance[far & (deviation < margin)])
     return RopeAliases(pairs, float(margin), distances, deviation)
+
+
+def rope_distance_scores(queries, keys, frequencies, distances) -> np.ndarray:
+    """Each head's attention score at each distance, with content averaged away.
+
+    ``queries`` and ``keys`` are a RoPE layer's, *before* the rotation, as complex pairs
+    (pair i = features 2i, 2i + 1): arrays (batch, heads, length, pairs). The score of
+    query t and key s is Re sum_i q_t,i conj(k_s,i) e^{i (t - s) theta_i} / sqrt(2 pairs).
+    Averaged over every (t, s) of a sequence, then over sequences, q and k enter only
+    through C_i = mean_t q_t,i · conj(mean_s k_s,i): the head's preferred angle and
+    strength for pair i. The result, (heads, len(distances)), is
+    Re sum_i C_i e^{i D theta_i} / sqrt(2 pairs) at each D: measured at one length, it
+    predicts the head's preference at any distance.
+    """
+    q, k = np.asarray(queries), np.asarray(keys)
+    if q.shape != k.shape or q.ndim != 4 or not np.iscomplexobj(q):
+        raise ValueError(
+            f"queries and keys must be complex arrays (batch, heads, length, pairs) of one "
+            f"shape, got {q.shape} and {k.shape}"
+        )
+    theta = np.asarray(frequencies, dtype=np.float64)
+    if theta.shape != (q.shape[-1],):
+        raise ValueError(f"need one frequency per pair ({q.shape[-1]}), got {theta.shape}")
+    d = np.asarray(distances, dtype=np.float64)
+    c = (q.mean(axis=2) * np.conj(k.mean(axis=2))).mean(axis=0)  # (heads, pairs)
+    turns = np.exp(1j * d[:, None] * theta[None, :])  # (distances, pairs)
+    return (c @ turns.T).real / math.sqrt(2 * theta.size)

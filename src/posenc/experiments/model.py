@@ -224,6 +224,27 @@ class CausalLanguageModel(nn.Module):
             for attention in attentions:
                 attention.keep_weights, attention.weights = False, None
 
+    @torch.no_grad()
+    def rope_queries_keys(self, tokens: torch.Tensor, layer: int):
+        """Layer ``layer``'s queries and keys for ``tokens``, *before* RoPE's rotation, as
+        complex pairs (features 2i, 2i + 1, the pairs the rotation turns): two NumPy
+        arrays (batch, heads, length, head_dim / 2)."""
+        if self.encoding != "rope":
+            raise ValueError(f"encoding={self.encoding!r} has no RoPE queries and keys")
+        block = self.blocks[integer("layer", layer, minimum=0, maximum=len(self.blocks) - 1)]
+        kept = {}
+        hook = block.attention.qkv.register_forward_hook(
+            lambda module, args, output: kept.setdefault("qkv", output)
+        )
+        try:
+            self(tokens)
+        finally:
+            hook.remove()
+        batch, length, _ = kept["qkv"].shape
+        q, k, _ = kept["qkv"].view(batch, length, 3, self.n_heads, -1).permute(2, 0, 3, 1, 4)
+        pairs = [torch.complex(x[..., 0::2], x[..., 1::2]).numpy() for x in (q, k)]
+        return pairs[0], pairs[1]
+
     def attention_entropy(self, tokens: torch.Tensor, positions=None) -> torch.Tensor:
         """Entropy in nats of every query's attention: (layers, batch, heads, length).
 
