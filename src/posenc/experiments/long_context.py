@@ -231,13 +231,14 @@ def _evaluate(
     return rows
 
 
-def _finetuned(model, study, task, method, seed, learning_rate):
+def _finetuned(model, study, task, method, seed, learning_rate, temperature="own"):
     """A copy of ``model`` trained at finetune_factor · N; yields (steps, model) at each
-    number of steps in ``study.finetune_steps``."""
+    number of steps in ``study.finetune_steps``. ``temperature`` as in :func:`_options`."""
     setup = study.plan.setup
     length = int(study.finetune_factor * setup.train_len)
     model = copy.deepcopy(model)
-    model.set_rope_frequencies(*_options(study, method, study.finetune_factor, length))
+    options = _options(study, method, study.finetune_factor, length, temperature)
+    model.set_rope_frequencies(*options)
     optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0)
     data = torch.Generator().manual_seed(10_000 + seed)
     for steps in range(1, max(study.finetune_steps) + 1):
