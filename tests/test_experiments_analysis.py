@@ -342,3 +342,22 @@ def test_rope_distance_scores_refuse_bad_arguments():
         rope_distance_scores(q, q[:, :, :3], [1.0, 0.1], [0])
     with pytest.raises(ValueError, match="one frequency per pair"):
         rope_distance_scores(q, q, [1.0], [0])
+
+
+def test_per_seed_reads_one_value_per_seed_matching_numbers_as_numbers():
+    from posenc.experiments.analysis import per_seed
+
+    rows = [
+        {"seed": str(s), "method": m, "factor": f, "accuracy": str(s / 10 + k)}
+        for k, (m, f) in enumerate((("yarn", "8.0"), ("yarn", "2.0"), ("none", "")))
+        for s in (1, 0)
+    ]
+    got = per_seed(rows, "accuracy", seeds=2, method="yarn", factor=8)
+    assert got.tolist() == [0.0, 0.1]  # seed order, "8.0" == 8
+    assert per_seed(rows, "accuracy", seeds=2, method="none").tolist() == [2.0, 2.1]
+    with pytest.raises(ValueError, match="matches seeds"):
+        per_seed(rows, "accuracy", seeds=3, method="yarn", factor=8)
+    with pytest.raises(ValueError, match="more than one row of seed"):
+        per_seed(rows, "accuracy", seeds=2, method="yarn")
+    with pytest.raises(ValueError, match="matches seeds"):
+        per_seed(rows, "accuracy", seeds=2, method="none", factor=1)  # "" is no number

@@ -1,5 +1,7 @@
 """Reading the length-generalization results (chapter 9): intervals, windows, aliases.
 
+- :func:`per_seed` — one column of the rows that match a set of values, one value per
+  seed in seed order (the CSVs' rows are strings; numbers are compared as numbers).
 - :func:`bootstrap_interval` — the mean over seeds and its percentile-bootstrap 95%
   interval (resampling seeds, the unit that varies between runs).
 - :func:`t_interval` — the mean and its Student-t interval, for a handful of seeds, where
@@ -30,6 +32,7 @@ from posenc.alternatives import rope_frequencies
 __all__ = [
     "RopeAliases",
     "bootstrap_interval",
+    "per_seed",
     "rope_distance_scores",
     "rope_lag_aliases",
     "step_sizes",
@@ -37,6 +40,33 @@ __all__ = [
     "t_quantile",
     "windowed_accuracy",
 ]
+
+
+def _matches(row: dict, where: dict) -> bool:
+    for key, wanted in where.items():
+        value = row[key]
+        if isinstance(wanted, str):
+            if value != wanted:
+                return False
+        elif value == "" or float(value) != float(wanted):
+            return False
+    return True
+
+
+def per_seed(rows, column: str, *, seeds: int, **where) -> np.ndarray:
+    """``column`` of the rows matching every ``where`` (strings as strings, numbers as
+    numbers: "8.0" matches 8), as floats in seed order. Exactly one row per seed
+    0 .. seeds - 1 must match; anything else raises, naming the selection."""
+    chosen = {}
+    for row in rows:
+        if _matches(row, where):
+            seed = int(row["seed"])
+            if seed in chosen:
+                raise ValueError(f"more than one row of seed {seed} matches {where}")
+            chosen[seed] = float(row[column])
+    if sorted(chosen) != list(range(seeds)):
+        raise ValueError(f"{where} matches seeds {sorted(chosen)}, not 0 .. {seeds - 1}")
+    return np.array([chosen[s] for s in range(seeds)])
 
 
 def _per_seed_values(values, level: float) -> np.ndarray:
