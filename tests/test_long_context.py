@@ -156,3 +156,19 @@ def test_rope_uses_given_frequencies_and_attention_scale():
         rope(x, frequencies=frequencies[:4])
     with pytest.raises(ValueError, match="attention_scale must be finite and > 0"):
         rope(x, attention_scale=0.0)
+
+
+def test_turns_and_slowdowns_read_a_head_pair_by_pair():
+    from posenc.long_context import slowdowns, turns
+
+    r = turns(16, 32)
+    assert r[0] == 32 / (2 * np.pi)  # pair 0 turns at 1 rad per token
+    assert r[1] == pytest.approx(32 * 10000 ** (-2 / 16) / (2 * np.pi))
+    assert np.sum(turns(128, 8192, base=500_000.0) >= 1) == 35
+    assert np.allclose(slowdowns(16, method="linear", factor=8), 8)
+    kappa = slowdowns(16, method="ntk", factor=4)
+    assert kappa[0] == 1 and kappa[-1] == pytest.approx(4)
+    llama = slowdowns(16, method="llama3", factor=8, original_length=32)
+    assert llama[0] == 1 and round(llama[1], 2) == 3.3 and np.allclose(llama[2:], 8)
+    with pytest.raises(ValueError, match="length"):
+        turns(16, 0)

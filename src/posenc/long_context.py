@@ -35,7 +35,7 @@ import numpy as np
 from posenc._validation import choice, integer, positive_finite
 from posenc.alternatives import rope_frequencies
 
-__all__ = ["METHODS", "scaled_frequencies", "yarn_temperature"]
+__all__ = ["METHODS", "scaled_frequencies", "slowdowns", "turns", "yarn_temperature"]
 
 METHODS = ("none", "linear", "ntk", "dynamic_ntk", "yarn", "llama3")
 """The methods :func:`scaled_frequencies` knows."""
@@ -159,3 +159,17 @@ def scaled_frequencies(
     if method == "llama3":
         return _llama3(theta, factor, original_length, low_freq_factor, high_freq_factor), 1.0
     return theta, 1.0
+
+
+def turns(head_dim: int, length: int, *, base: float = 10000.0) -> np.ndarray:
+    """r_i = L θ_i / 2π: how many turns each pair of a head makes within ``length``
+    tokens. Pairs with r_i < 1 never complete a turn there."""
+    length = integer("length", length, minimum=1)
+    return length * rope_frequencies(head_dim, base=base) / (2 * math.pi)
+
+
+def slowdowns(head_dim: int, *, base: float = 10000.0, **method) -> np.ndarray:
+    """κ_i = θ_i / θ'_i: how much :func:`scaled_frequencies` with ``method`` (its
+    keyword arguments: method, factor, original_length ...) slows each pair."""
+    scaled, _ = scaled_frequencies(head_dim, base=base, **method)
+    return rope_frequencies(head_dim, base=base) / scaled

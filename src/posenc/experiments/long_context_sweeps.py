@@ -121,15 +121,21 @@ class Sweeps:
 
 FULL = Sweeps()
 WIDE_PLAN = lg.Plan(
-    lg.Setup(d_model=128, n_heads=2, grid_seed=1000),
+    lg.Setup(d_model=128, n_heads=2, max_steps=1500, grid_seed=1000),
     tasks=("copy_lag3", "recall"),
     arms=("rope",),
     main_seeds=1,
     other_seeds=1,
 )
-"""The wider head's models: chapter 10's setup with two heads of 64 features; its grid
-(seed 1000) chooses the learning rates (its one counted seed per task is not used)."""
-WIDE = Sweeps(study=lc.Study(plan=WIDE_PLAN))
+"""The wider head's models: chapter 10's setup with two heads of 64 features, at most
+1,500 steps; its grid (seed 1000) chooses the learning rates (its one counted seed per
+task is not used)."""
+WIDE = Sweeps(
+    study=lc.Study(plan=WIDE_PLAN, factors=(8.0,), finetune_factor=8.0, eval_batch=128),
+    ladder_steps=(5, 20),
+)
+"""The same sweeps on the wider head, smaller where it costs: the methods at factor 8
+only, 128 inputs per length, fine-tuning for 5 and 20 steps."""
 QUICK = Sweeps(
     study=lc.QUICK,
     slowdowns=(1.0, 2.0),
