@@ -24,6 +24,21 @@ BUDGETS = {
 }
 
 
+# Main-path chapters already held to the targets (the others follow as they are
+# rewritten): at most 30 visible cells, 2,200 words, 30 minutes; at least 3 figures.
+MAIN_PATH = ["10"]
+
+
+@pytest.mark.parametrize("stem", MAIN_PATH)
+def test_main_path_chapter_keeps_to_the_targets(stem):
+    (path,) = [p for p in NOTEBOOKS if p.stem.startswith(stem + "_")]
+    m = chapter_metrics.measure(nbformat.read(path, as_version=4))
+    assert m.visible_cells <= 30, f"{m.visible_cells} visible cells"
+    assert m.words <= 2200, f"{m.words} words of prose"
+    assert m.figures >= 3, f"{m.figures} figures"
+    assert m.minutes is not None and m.minutes <= 30, f"time to learn: {m.minutes}"
+
+
 def _metrics(paths):
     return [chapter_metrics.measure(nbformat.read(p, as_version=4)) for p in paths]
 
@@ -78,6 +93,8 @@ def test_measure_counts_what_the_site_shows():
     # The install cell counts nowhere; the hidden cell's assert is not visible.
     assert (m.visible_code_lines, m.visible_asserts) == (4, 2)
     assert (m.hidden_cells, m.code_cells, m.figures) == (1, 3, 1)
+    # the markdown cell and the two visible code cells; no stated time
+    assert (m.visible_cells, m.minutes) == (3, None)
     assert m.first_figure_at == pytest.approx(4 / 5)
     # "Title", "Two", "words", "and" plus one word each for `code` and $x^2$.
     assert m.words == 6
@@ -93,3 +110,9 @@ def test_the_report_lists_every_chapter_and_the_total(capsys):
     assert chapter_metrics.main([str(p) for p in FIRST_FIVE]) == 0
     out = capsys.readouterr().out
     assert all(p.stem in out for p in FIRST_FIVE) and "total" in out
+
+
+def test_measure_reads_the_stated_time_to_learn():
+    notebook = _chapter()
+    notebook.cells[0].source += "\n\n- **Time to learn**: 25 minutes."
+    assert chapter_metrics.measure(notebook).minutes == 25

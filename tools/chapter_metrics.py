@@ -55,6 +55,8 @@ class Metrics:
     figures: int
     words: int
     first_figure_at: float | None  # where the first figure stands, 0 = top, 1 = end
+    visible_cells: int = 0  # markdown cells and code cells whose input the site shows
+    minutes: int | None = None  # the stated "Time to learn"
 
     @property
     def hidden_share(self) -> float:
@@ -74,7 +76,19 @@ def measure(nb) -> Metrics:
         figures=len(figure_positions),
         words=sum(count_words(c.source) for c in nb.cells if c.cell_type == "markdown"),
         first_figure_at=(figure_positions[0] / len(nb.cells) if figure_positions else None),
+        visible_cells=len(visible) + sum(c.cell_type == "markdown" for c in nb.cells),
+        minutes=_minutes(nb),
     )
+
+
+TIME = re.compile(r"\*\*Time to (?:learn|read)\*\*:\s*(\d+)\s*minutes")
+
+
+def _minutes(nb) -> int | None:
+    for cell in nb.cells:
+        if cell.cell_type == "markdown" and (found := TIME.search(cell.source)):
+            return int(found.group(1))
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
