@@ -149,7 +149,10 @@ def test_logit_multipliers_multiply_the_query_key_scores():
 
 
 def test_ladder_without_temperature_trains_and_evaluates_at_scale_one(monkeypatch):
-    study = dataclasses.replace(lc.QUICK, finetune_steps=(1, 2))
+    """Every fine-tuning step trains YaRN's frequencies without its temperature, also
+    after the sweep's own evaluations in between (they set other frequencies, then
+    must put these back)."""
+    study = dataclasses.replace(lc.QUICK, finetune_steps=(1, 2, 4))
     task, setup = lg.parse_task("copy_lag3"), study.plan.setup
     model, _, _ = lg.train(task, lg.ARMS["rope"], 0, 3e-3, setup)
     in_force = []
@@ -161,11 +164,14 @@ def test_ladder_without_temperature_trains_and_evaluates_at_scale_one(monkeypatc
         return correct(model, *args, **kwargs)
 
     monkeypatch.setattr(lg, "_correct", recording)
-    list(lc._finetuned(model, study, task, "yarn", 0, 3e-3, temperature="none"))
+    score = sw._Scorer(dataclasses.replace(sw.QUICK, study=study), task, 0, None)
+    plain = score.method("none", 1.0)  # evaluations as the sweep runs them
+    for _, tuned in lc._finetuned(model, study, task, "yarn", 0, 3e-3, temperature="none"):
+        score.rows(tuned, plain, [setup.train_len])
     frequencies, scale = scaled_frequencies(
         8, method="yarn", factor=study.finetune_factor, original_length=setup.train_len
     )
-    assert scale > 1.0 and len(in_force) == 2
+    assert scale > 1.0 and len(in_force) == 4
     for got, got_scale in in_force:
         assert np.array_equal(got, frequencies) and got_scale == 1.0
 
@@ -181,9 +187,9 @@ def test_sweeps_refuse_what_they_cannot_run():
         sw.Sweeps(ladder_steps=(5, 1))
 
 
-@pytest.mark.parametrize(
-    "name, sweeps", [("long_context_sweeps", sw.FULL), ("long_context_wide", sw.WIDE)]
-)
+# The wide run (sw.WIDE) is not committed yet; add ("long_context_wide", sw.WIDE)
+# here when data/long_context_wide.csv is.
+@pytest.mark.parametrize("name, sweeps", [("long_context_sweeps", sw.FULL)])
 def test_committed_sweeps_have_the_structure_the_full_run_writes(name, sweeps):
     _check(ROOT / "data" / f"{name}.csv", sweeps)
     assert sweeps.study.eval_lens == (32, 64, 128, 256) and sweeps.study.seeds >= 5
