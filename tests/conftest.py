@@ -18,6 +18,31 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 
+def read_csv(path: Path) -> tuple[tuple[str, ...], list[dict]]:
+    """A CSV file's column names and its rows."""
+    import csv
+
+    with path.open(newline="") as handle:
+        reader = csv.DictReader(handle)
+        return tuple(reader.fieldnames or ()), list(reader)
+
+
+def training_frequencies(monkeypatch) -> list:
+    """A list that receives the RoPE frequencies and scale in force at every training
+    step of ``posenc.experiments.length_generalization`` from now on."""
+    from posenc.experiments import length_generalization as lg
+
+    in_force, correct = [], lg._correct
+
+    def recording(model, *args, **kwargs):
+        if model.training:
+            in_force.append(model.rope_frequencies())
+        return correct(model, *args, **kwargs)
+
+    monkeypatch.setattr(lg, "_correct", recording)
+    return in_force
+
+
 def run_benchmark_quick(script: str, out: Path) -> subprocess.CompletedProcess:
     """Run ``benchmarks/<script> --quick --out <out>``; exit 1 (a goal missed) is fine."""
     done = subprocess.run(

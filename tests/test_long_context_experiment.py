@@ -13,16 +13,10 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("tqdm")
 
-from conftest import ROOT  # noqa: E402
+from conftest import ROOT, read_csv, training_frequencies  # noqa: E402
 from posenc.experiments import length_generalization as lg  # noqa: E402
 from posenc.experiments import long_context as lc  # noqa: E402
 from posenc.long_context import METHODS, yarn_temperature  # noqa: E402
-
-
-def _rows(path):
-    with path.open(newline="") as handle:
-        reader = csv.DictReader(handle)
-        return tuple(reader.fieldnames), list(reader)
 
 
 def _kind(method: str) -> str:
@@ -31,7 +25,7 @@ def _kind(method: str) -> str:
 
 
 def _check(path, study):
-    fields, rows = _rows(path)
+    fields, rows = read_csv(path)
     assert fields == lc.FIELDS
     assert {r["setup"] for r in rows} == {study.id}
     expected = []
@@ -87,7 +81,7 @@ def test_quick_run_resumes_and_refuses_another_setup(tmp_path):
 def test_zero_shot_with_factor_one_at_the_training_length_is_plain_rope(tmp_path):
     out = tmp_path / "lc.csv"
     lc.main(["--quick", "--out", str(out), "--no-progress"])
-    _, rows = _rows(out)
+    _, rows = read_csv(out)
     n = lc.QUICK.plan.setup.train_len
     plain = {
         (r["task"], r["seed"]): r["accuracy"]
@@ -144,15 +138,7 @@ def test_fine_tuning_trains_with_the_method_s_frequencies_at_every_step(monkeypa
     expected = lc._options(
         study, method, study.finetune_factor, int(study.finetune_factor * setup.train_len)
     )
-    in_force = []
-    correct = lg._correct
-
-    def recording(model, *args, **kwargs):
-        if model.training:
-            in_force.append(model.rope_frequencies())
-        return correct(model, *args, **kwargs)
-
-    monkeypatch.setattr(lg, "_correct", recording)
+    in_force = training_frequencies(monkeypatch)
     head = lc._copy_head(model, task, study)
     for steps, tuned in lc._finetuned(model, study, task, method, 0, 3e-3):
         lc._evaluate(

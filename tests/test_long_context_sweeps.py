@@ -14,17 +14,11 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("tqdm")
 
-from conftest import ROOT  # noqa: E402
+from conftest import ROOT, read_csv, training_frequencies  # noqa: E402
 from posenc.experiments import length_generalization as lg  # noqa: E402
 from posenc.experiments import long_context as lc  # noqa: E402
 from posenc.experiments import long_context_sweeps as sw  # noqa: E402
 from posenc.long_context import METHODS, scaled_frequencies  # noqa: E402
-
-
-def _rows(path):
-    with path.open(newline="") as handle:
-        reader = csv.DictReader(handle)
-        return tuple(reader.fieldnames), list(reader)
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +30,7 @@ def quick(tmp_path_factory):
 
 def _check(path, sweeps):
     """Every (task, seed) has the rows of every sweep, and each row reads sensibly."""
-    fields, rows = _rows(path)
+    fields, rows = read_csv(path)
     assert fields == sw.FIELDS
     assert {r["setup"] for r in rows} == {sweeps.id}
     study = sweeps.study
@@ -98,7 +92,7 @@ def _neutral_rows_agree(rows, train_len) -> int:
 
 
 def test_knobs_at_their_neutral_value_give_plain_rope_and_the_method_itself(quick):
-    _, rows = _rows(quick)
+    _, rows = read_csv(quick)
     checked = _neutral_rows_agree(rows, sw.QUICK.study.plan.setup.train_len)
     assert checked >= 3 * len(sw.QUICK.study.tasks)
 
@@ -155,15 +149,7 @@ def test_ladder_without_temperature_trains_and_evaluates_at_scale_one(monkeypatc
     study = dataclasses.replace(lc.QUICK, finetune_steps=(1, 2, 4))
     task, setup = lg.parse_task("copy_lag3"), study.plan.setup
     model, _, _ = lg.train(task, lg.ARMS["rope"], 0, 3e-3, setup)
-    in_force = []
-    correct = lg._correct
-
-    def recording(model, *args, **kwargs):
-        if model.training:
-            in_force.append(model.rope_frequencies())
-        return correct(model, *args, **kwargs)
-
-    monkeypatch.setattr(lg, "_correct", recording)
+    in_force = training_frequencies(monkeypatch)
     score = sw._Scorer(dataclasses.replace(sw.QUICK, study=study), task, 0, None)
     plain = score.method("none", 1.0)  # evaluations as the sweep runs them
     for _, tuned in lc._finetuned(model, study, task, "yarn", 0, 3e-3, temperature="none"):
@@ -202,7 +188,7 @@ def test_committed_sweeps_have_the_structure_the_full_run_writes(name, sweeps):
         assert setup.grid_seed not in range(sweeps.study.seeds)
         assert {t for t, _ in lg.chosen_learning_rates(grid, setup)} >= set(sweeps.study.tasks)
     # the ladder holds every method and YaRN without its temperature
-    _, rows = _rows(ROOT / "data" / f"{name}.csv")
+    _, rows = read_csv(ROOT / "data" / f"{name}.csv")
     ladder = {r["method"] for r in rows if r["sweep"] == "ladder"}
     assert ladder == {*METHODS, "yarn_plain"}
     assert all(math.isfinite(float(r["accuracy"])) for r in rows)

@@ -33,23 +33,21 @@ carries the setup id, and a file of another setup is refused.
 from __future__ import annotations
 
 import argparse
-import concurrent.futures
 import copy
-import csv
 import dataclasses
+import functools
 import hashlib
 import json
 import math
-import multiprocessing
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
 import torch
-from tqdm import tqdm
 
 from posenc.experiments import length_generalization as lg
+from posenc.experiments import resumable
 from posenc.long_context import METHODS, scaled_frequencies, yarn_temperature
 
 __all__ = ["FIELDS", "FULL", "QUICK", "Study", "main", "run", "study_rows"]
@@ -288,59 +286,21 @@ def _rows_per_unit(study: Study) -> int:
     return (zero_shot + fine_tuned) * len(study.eval_lens)
 
 
+def _unit(study: Study, rates: dict, task: str, seed: int) -> list[dict]:
+    return study_rows(study, task, seed, rates[task, "rope"])
+
+
 def run(study: Study, out: Path, rates_from: Path, *, jobs: int = 1, progress: bool = True):
     """Make every (task, seed) of ``study`` that ``out`` lacks; return how many."""
     if jobs < 1:
         raise ValueError(f"jobs must be >= 1, got {jobs}")
-    with rates_from.open(newline="") as handle:
-        rates = lg.chosen_learning_rates(list(csv.DictReader(handle)), study.plan.setup)
-    missing = [t for t in study.tasks if (t, "rope") not in rates]
-    if missing:
-        raise ValueError(f"{rates_from} has no learning-rate grid for RoPE on {missing}")
-    done: dict[tuple[str, int], int] = {}
-    if out.exists():
-        with out.open(newline="") as handle:
-            reader = csv.DictReader(handle)
-            if tuple(reader.fieldnames or ()) != FIELDS:
-                raise ValueError(f"{out} has columns {reader.fieldnames}, not {list(FIELDS)}")
-            for row in reader:
-                if row["setup"] != study.id:
-                    raise ValueError(
-                        f"{out} holds results of another setup ({row['setup']}; this one is "
-                        f"{study.id}): move it away or pass another --out"
-                    )
-                key = (row["task"], int(row["seed"]))
-                done[key] = done.get(key, 0) + 1
-    if any(n != _rows_per_unit(study) for n in done.values()):
-        raise ValueError(f"{out} has an incomplete (task, seed): rewrite it")
-    units = [(t, s) for t in study.tasks for s in range(study.seeds) if (t, s) not in done]
-    out.parent.mkdir(parents=True, exist_ok=True)
-    bar = tqdm(total=len(units), desc="long context", unit="model", disable=not progress)
-
-    def record(rows):
-        new = not out.exists()
-        with out.open("a", newline="") as handle:
-            writer = csv.DictWriter(handle, fieldnames=FIELDS, lineterminator="\n")
-            if new:
-                writer.writeheader()
-            writer.writerows(rows)
-        bar.update(1)
-
-    if jobs == 1:
-        threads = torch.get_num_threads()
-        try:
-            for task, seed in units:
-                record(study_rows(study, task, seed, rates[task, "rope"]))
-        finally:
-            torch.set_num_threads(threads)
-    else:
-        context = multiprocessing.get_context("spawn")
-        with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=context) as pool:
-            futures = [pool.submit(study_rows, study, t, s, rates[t, "rope"]) for t, s in units]
-            for future in concurrent.futures.as_completed(futures):
-                record(future.result())
-    bar.close()
-    return len(units)
+    tasks, seeds, setup = study.tasks, study.seeds, study.plan.setup
+    rates = resumable.rope_rates(rates_from, setup, tasks)
+    units = resumable.missing_units(out, FIELDS, study.id, _rows_per_unit(study), tasks, seeds)
+    work = functools.partial(_unit, study, rates)
+    return resumable.run_units(
+        out, FIELDS, units, work, jobs=jobs, progress=progress, desc="long context"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

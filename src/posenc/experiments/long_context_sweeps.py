@@ -38,14 +38,11 @@ file of another setup.
 from __future__ import annotations
 
 import argparse
-import concurrent.futures
-import csv
 import dataclasses
 import functools
 import hashlib
 import json
 import math
-import multiprocessing
 import sys
 import time
 from collections.abc import Sequence
@@ -53,10 +50,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from posenc.experiments import length_generalization as lg
 from posenc.experiments import long_context as lc
+from posenc.experiments import resumable
 from posenc.long_context import METHODS, scaled_frequencies
 
 __all__ = ["FIELDS", "FULL", "KINDS", "QUICK", "WIDE", "Sweeps", "main", "run", "sweep_rows"]
@@ -303,66 +300,21 @@ def rows_per_unit(sweeps: Sweeps) -> int:
     return methods + pair + temperature + ladder
 
 
-def _done(out: Path, sweeps: Sweeps) -> dict[tuple[str, int], int]:
-    done: dict[tuple[str, int], int] = {}
-    if not out.exists():
-        return done
-    with out.open(newline="") as handle:
-        reader = csv.DictReader(handle)
-        if tuple(reader.fieldnames or ()) != FIELDS:
-            raise ValueError(f"{out} has columns {reader.fieldnames}, not {list(FIELDS)}")
-        for row in reader:
-            if row["setup"] != sweeps.id:
-                raise ValueError(
-                    f"{out} holds results of another setup ({row['setup']}; this one is "
-                    f"{sweeps.id}): move it away or pass another --out"
-                )
-            key = (row["task"], int(row["seed"]))
-            done[key] = done.get(key, 0) + 1
-    if any(n != rows_per_unit(sweeps) for n in done.values()):
-        raise ValueError(f"{out} has an incomplete (task, seed): rewrite it")
-    return done
+def _unit(sweeps: Sweeps, rates: dict, task: str, seed: int) -> list[dict]:
+    return sweep_rows(sweeps, task, seed, rates[task, "rope"])
 
 
 def run(sweeps: Sweeps, out: Path, rates_from: Path, *, jobs: int = 1, progress: bool = True):
     """Make every (task, seed) of ``sweeps`` that ``out`` lacks; return how many."""
     if jobs < 1:
         raise ValueError(f"jobs must be >= 1, got {jobs}")
-    study = sweeps.study
-    with rates_from.open(newline="") as handle:
-        rates = lg.chosen_learning_rates(list(csv.DictReader(handle)), study.plan.setup)
-    missing = [t for t in study.tasks if (t, "rope") not in rates]
-    if missing:
-        raise ValueError(f"{rates_from} has no learning-rate grid for RoPE on {missing}")
-    done = _done(out, sweeps)
-    units = [(t, s) for t in study.tasks for s in range(study.seeds) if (t, s) not in done]
-    out.parent.mkdir(parents=True, exist_ok=True)
-    bar = tqdm(total=len(units), desc="sweeps", unit="model", disable=not progress)
-
-    def record(rows):
-        new = not out.exists()
-        with out.open("a", newline="") as handle:
-            writer = csv.DictWriter(handle, fieldnames=FIELDS, lineterminator="\n")
-            if new:
-                writer.writeheader()
-            writer.writerows(rows)
-        bar.update(1)
-
-    if jobs == 1:
-        threads = torch.get_num_threads()
-        try:
-            for task, seed in units:
-                record(sweep_rows(sweeps, task, seed, rates[task, "rope"]))
-        finally:
-            torch.set_num_threads(threads)
-    else:
-        context = multiprocessing.get_context("spawn")
-        with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=context) as pool:
-            futures = [pool.submit(sweep_rows, sweeps, t, s, rates[t, "rope"]) for t, s in units]
-            for future in concurrent.futures.as_completed(futures):
-                record(future.result())
-    bar.close()
-    return len(units)
+    tasks, seeds, setup = sweeps.study.tasks, sweeps.study.seeds, sweeps.study.plan.setup
+    rates = resumable.rope_rates(rates_from, setup, tasks)
+    units = resumable.missing_units(out, FIELDS, sweeps.id, rows_per_unit(sweeps), tasks, seeds)
+    work = functools.partial(_unit, sweeps, rates)
+    return resumable.run_units(
+        out, FIELDS, units, work, jobs=jobs, progress=progress, desc="sweeps"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
