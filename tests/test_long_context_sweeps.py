@@ -171,6 +171,9 @@ def test_sweeps_refuse_what_they_cannot_run():
         sw.Sweeps(logit_multipliers=(0.0, 1.0))
     with pytest.raises(ValueError, match="ladder_steps must be increasing"):
         sw.Sweeps(ladder_steps=(5, 1))
+    # the wide run once asked its ladder for factor 4 of a study that has only 8
+    with pytest.raises(ValueError, match="ladder_factor must be one of the study's"):
+        sw.Sweeps(study=sw.WIDE.study, ladder_factor=4.0)
 
 
 # The wide run (sw.WIDE) is not committed yet; add ("long_context_wide", sw.WIDE)

@@ -105,6 +105,12 @@ class Sweeps:
                 raise ValueError(f"{name} must be positive and include 1, got {values}")
         if self.factor < 1 or self.ladder_factor < 1:
             raise ValueError("factor and ladder_factor must be >= 1")
+        if self.ladder_factor not in self.study.factors:
+            # the ladder fine-tunes as the study does, at one of the study's factors
+            raise ValueError(
+                f"ladder_factor must be one of the study's factors {self.study.factors}, "
+                f"got {self.ladder_factor}"
+            )
         steps = self.ladder_steps
         if not steps or min(steps) < 1 or list(steps) != sorted(set(steps)):
             raise ValueError(f"ladder_steps must be increasing and >= 1, got {steps}")
@@ -128,11 +134,12 @@ WIDE_PLAN = lg.Plan(
 1,500 steps; its grid (seed 1000) chooses the learning rates (its one counted seed per
 task is not used)."""
 WIDE = Sweeps(
-    study=lc.Study(plan=WIDE_PLAN, factors=(8.0,), finetune_factor=8.0, eval_batch=128),
+    study=lc.Study(plan=WIDE_PLAN, factors=(8.0,), finetune_factor=8.0, eval_batch=64),
+    ladder_factor=8.0,
     ladder_steps=(5, 20),
 )
 """The same sweeps on the wider head, smaller where it costs: the methods at factor 8
-only, 128 inputs per length, fine-tuning for 5 and 20 steps."""
+only, 64 inputs per length, fine-tuning at 8N (its one factor) for 5 and 20 steps."""
 QUICK = Sweeps(
     study=lc.QUICK,
     slowdowns=(1.0, 2.0),
