@@ -176,9 +176,9 @@ def test_sweeps_refuse_what_they_cannot_run():
         sw.Sweeps(study=sw.WIDE.study, ladder_factor=4.0)
 
 
-# The wide run (sw.WIDE) is not committed yet; add ("long_context_wide", sw.WIDE)
-# here when data/long_context_wide.csv is.
-@pytest.mark.parametrize("name, sweeps", [("long_context_sweeps", sw.FULL)])
+@pytest.mark.parametrize(
+    "name, sweeps", [("long_context_sweeps", sw.FULL), ("long_context_wide", sw.WIDE)]
+)
 def test_committed_sweeps_have_the_structure_the_full_run_writes(name, sweeps):
     _check(ROOT / "data" / f"{name}.csv", sweeps)
     assert sweeps.study.eval_lens == (32, 64, 128, 256) and sweeps.study.seeds >= 5
