@@ -177,15 +177,20 @@ def test_sweeps_refuse_what_they_cannot_run():
 
 
 @pytest.mark.parametrize(
-    "name, sweeps", [("long_context_sweeps", sw.FULL), ("long_context_wide", sw.WIDE)]
+    "name, sweeps",
+    [
+        ("long_context_sweeps", sw.FULL),
+        ("long_context_wide", sw.WIDE),
+        ("long_context_one_head", sw.ONE_HEAD),
+    ],
 )
 def test_committed_sweeps_have_the_structure_the_full_run_writes(name, sweeps):
     _check(ROOT / "data" / f"{name}.csv", sweeps)
     assert sweeps.study.eval_lens == (32, 64, 128, 256) and sweeps.study.seeds >= 5
     width = sweeps.study.plan.setup.d_model // sweeps.study.plan.setup.n_heads
     assert width == (16 if sweeps is sw.FULL else 64)
-    if sweeps is sw.WIDE:
-        with (ROOT / "data" / "long_context_wide_rates.csv").open(newline="") as handle:
+    if sweeps is not sw.FULL:
+        with (ROOT / "data" / f"{name}_rates.csv").open(newline="") as handle:
             grid = list(csv.DictReader(handle))
         setup = sweeps.study.plan.setup
         assert setup.grid_seed not in range(sweeps.study.seeds)

@@ -23,12 +23,14 @@ on, among 1 .. 16, and that attention.
 
 :data:`WIDE` runs the same sweeps on models with one head width four times chapter 9's
 (64 features, 32 pairs; two heads of a 128-wide model), whose learning rates come
-from their own grid (``data/long_context_wide_rates.csv``, grid seed 1000).
+from their own grid (``data/long_context_wide_rates.csv``, grid seed 1000);
+:data:`ONE_HEAD` on models of chapter 9's width with one such head per layer.
 
 Run it from the repository's root::
 
     python -m posenc.experiments.long_context_sweeps --jobs 2         # data/long_context_sweeps.csv
     python -m posenc.experiments.long_context_sweeps --wide --jobs 2  # data/long_context_wide.csv
+    python -m posenc.experiments.long_context_sweeps --one-head --jobs 2  # ..._one_head.csv
     python -m posenc.experiments.long_context_sweeps --quick          # a smoke run
 
 It appends one (task, seed) at a time, skips those already in the file, and refuses a
@@ -56,7 +58,18 @@ from posenc.experiments import long_context as lc
 from posenc.experiments import resumable
 from posenc.long_context import METHODS, scaled_frequencies
 
-__all__ = ["FIELDS", "FULL", "KINDS", "QUICK", "WIDE", "Sweeps", "main", "run", "sweep_rows"]
+__all__ = [
+    "FIELDS",
+    "FULL",
+    "KINDS",
+    "ONE_HEAD",
+    "QUICK",
+    "WIDE",
+    "Sweeps",
+    "main",
+    "run",
+    "sweep_rows",
+]
 
 KINDS = ("methods", "pair", "temperature", "log_n", "ladder")
 TEMPERATURE_METHODS = ("none", "linear", "llama3", "yarn")
@@ -140,6 +153,18 @@ WIDE = Sweeps(
 )
 """The same sweeps on the wider head, smaller where it costs: the methods at factor 8
 only, 64 inputs per length, fine-tuning at 8N (its one factor) for 5 and 20 steps."""
+ONE_HEAD_PLAN = lg.Plan(
+    lg.Setup(d_model=64, n_heads=1, max_steps=1500, grid_seed=1000, learning_rates=(1e-3, 3e-3)),
+    tasks=("copy_lag3", "recall"),
+    arms=("rope",),
+    main_seeds=1,
+    other_seeds=1,
+)
+"""The wide head at chapter 9's model width: one head of 64 features per layer in a
+64-wide model (chapter 9's has four of 16), its own grid of two learning rates."""
+ONE_HEAD = dataclasses.replace(WIDE, study=dataclasses.replace(WIDE.study, plan=ONE_HEAD_PLAN))
+"""The wide sweeps on :data:`ONE_HEAD_PLAN`'s models: only the head's width and count
+differ from chapter 9's model."""
 QUICK = Sweeps(
     study=lc.QUICK,
     slowdowns=(1.0, 2.0),
@@ -332,6 +357,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--quick", action="store_true", help="a seconds-long smoke run")
     which.add_argument("--wide", action="store_true", help="models with 64-wide heads")
+    which.add_argument(
+        "--one-head", action="store_true", help="one 64-wide head in a 64-wide model"
+    )
     parser.add_argument("--jobs", type=int, default=1, help="models in parallel")
     parser.add_argument("--out", type=Path, default=None, help="where the rows go")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
@@ -340,12 +368,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     sweeps = QUICK if args.quick else FULL
     if args.wide:
         name, sweeps = "long_context_wide", WIDE
+    if args.one_head:
+        name, sweeps = "long_context_one_head", ONE_HEAD
     out = args.out or Path("data") / f"{name}.csv"
     start = time.perf_counter()
     try:
-        if args.quick or args.wide:
+        if args.quick or args.wide or args.one_head:
             rates_from = out.with_name(out.stem + "_rates.csv")
-            plan = WIDE_PLAN if args.wide else dataclasses.replace(lg.QUICK, arms=("rope",))
+            plan = dataclasses.replace(lg.QUICK, arms=("rope",))
+            plan = WIDE_PLAN if args.wide else ONE_HEAD_PLAN if args.one_head else plan
             lg.run(plan, rates_from, jobs=args.jobs, progress=not args.no_progress)
         else:
             rates_from = Path("data") / "long_context_rates.csv"
