@@ -8,12 +8,15 @@ as a picture in its first half; chapter 8 writes RoPE both ways real code does.
 
 from __future__ import annotations
 
+import re
+
 import nbformat
 import pytest
+import yaml
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 from tools import chapter_metrics
 
-from conftest import NOTEBOOKS
+from conftest import NOTEBOOKS, ROOT
 
 FIRST_FIVE = NOTEBOOKS[:5]
 SIX_TO_EIGHT = NOTEBOOKS[5:8]
@@ -26,7 +29,7 @@ BUDGETS = {
 
 # Main-path chapters already held to the targets (the others follow as they are
 # rewritten): at most 30 visible cells, 2,200 words, 30 minutes; at least 3 figures.
-MAIN_PATH = ["09", "10"]
+MAIN_PATH = ["01", "02", "03", "04", "05", "09", "10"]
 
 
 @pytest.mark.parametrize("stem", MAIN_PATH)
@@ -37,6 +40,50 @@ def test_main_path_chapter_keeps_to_the_targets(stem):
     assert m.words <= 2200, f"{m.words} words of prose"
     assert m.figures >= 3, f"{m.figures} figures"
     assert m.minutes is not None and m.minutes <= 30, f"time to learn: {m.minutes}"
+
+
+# A {doc} link to a notebook, with or without a title: {doc}`15_x` or {doc}`text <15_x>`
+DOC_LINK = re.compile(r"\{doc\}`(?:[^`<]*<)?(?:\.\./notebooks/)?(\d\d_\w+)>?`")
+TOC = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
+
+
+def _toc_part(caption):
+    (part,) = [p for p in TOC["parts"] if p["caption"] == caption]
+    return [ROOT / f"{c['file']}.ipynb" for c in part["chapters"]]
+
+
+def doc_links(path) -> set[str]:
+    """The notebooks a notebook's prose links to with {doc}."""
+    notebook = nbformat.read(path, as_version=4)
+    prose = "\n".join(c.source for c in notebook.cells if c.cell_type == "markdown")
+    return set(DOC_LINK.findall(prose))
+
+
+DEEP_DIVES = _toc_part("Deep dives")
+
+
+@pytest.mark.parametrize("dive", DEEP_DIVES, ids=lambda p: p.stem)
+def test_each_deep_dive_and_the_chapter_it_continues_link_to_each_other(dive):
+    deep = {p.stem for p in DEEP_DIVES}
+    chapters = doc_links(dive) - deep - {dive.stem}
+    continued = [
+        stem
+        for stem in sorted(chapters)
+        if dive.stem in doc_links(ROOT / "notebooks" / f"{stem}.ipynb")
+    ]
+    assert continued, f"{dive.stem} and no main-path chapter it links to link to each other"
+
+
+def test_doc_links_are_found_with_and_without_a_title(tmp_path):
+    notebook = new_notebook(
+        cells=[new_markdown_cell("See {doc}`15_error_model` and {doc}`chapter 1 <01_problem>`.")]
+    )
+    path = tmp_path / "99_links.ipynb"
+    nbformat.write(notebook, path)
+    assert doc_links(path) == {"15_error_model", "01_problem"}
+    notebook.cells[0].source = "No links here, only `15_error_model`."
+    nbformat.write(notebook, path)
+    assert doc_links(path) == set()
 
 
 def _metrics(paths):

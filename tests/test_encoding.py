@@ -136,6 +136,14 @@ def _refused(exception: type[Exception], builder, name: str, value) -> None:
     assert name in message and repr(value) in message, message
 
 
+def test_a_float_length_and_a_negative_base_are_refused_by_name():
+    """Two refusals a reader meets first: each message names the argument and its value."""
+    with pytest.raises(TypeError, match=r"^length must be an integer, got 3\.0"):
+        sinusoidal(3.0, 4)
+    with pytest.raises(ValueError, match=r"^base must be finite and > 0, got -10000\.0"):
+        sinusoidal(3, 4, base=-1e4)
+
+
 @pytest.mark.parametrize("builder", BUILDERS, ids=BUILDER_IDS)
 @pytest.mark.parametrize("name", ["length", "d_model", "start"])
 @given(value=NOT_INTEGERS)

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from posenc import implementations, reference, sinusoidal
+from posenc import implementations, museum, reference, sinusoidal
 
 TABLES = [
     sinusoidal,
@@ -96,3 +96,54 @@ def test_a_base_too_large_for_the_dtype_is_refused(builder):
         builder(4, 8, base=1e5, dtype=np.float16)
     assert np.all(np.isfinite(builder(4, 8, base=1e5, dtype=np.float32)))
     assert np.all(np.isfinite(sinusoidal(4, 8, base=1e5, dtype=np.float16)))
+
+
+# Chapter 3's two checks that need no reference table. Every entry is within
+# NEAR_TOLERANCE of the exact value below position 4096 (the tests above) and a
+# rotation keeps that error's size, so a turned pair misses the row k positions on
+# by at most (sqrt(2) + 1) * NEAR_TOLERANCE, plus a few roundings.
+SHIFT_TOLERANCE = 3 * NEAR_TOLERANCE
+
+
+def _pair_norm_gap(table):
+    """How far the full sine-cosine pairs of each row are from norm sqrt(d // 2)."""
+    pairs = table.shape[1] // 2
+    norms = np.linalg.norm(table[:, : 2 * pairs], axis=1)
+    return float(np.abs(norms - math.sqrt(pairs)).max())
+
+
+def _shift_gap(table, k, base=10000.0):
+    """How far row pos, each pair turned by k * omega_i, is from row pos + k."""
+    d_model, pairs = table.shape[1], table.shape[1] // 2
+    turn = k * base ** (-2 * np.arange(pairs) / d_model)
+    s, c = table[:, 0 : 2 * pairs : 2], table[:, 1::2]
+    s_next = s[:-k] * np.cos(turn) + c[:-k] * np.sin(turn)
+    c_next = c[:-k] * np.cos(turn) - s[:-k] * np.sin(turn)
+    return float(max(np.abs(s_next - s[k:]).max(), np.abs(c_next - c[k:]).max()))
+
+
+@pytest.mark.parametrize("builder", TABLES, ids=TABLE_IDS)
+@pytest.mark.parametrize("d_model", [2, 3, 5, 8, 31, 64, 127, 512])
+def test_pairs_have_norm_one_and_a_shift_turns_each_pair(builder, d_model):
+    table = builder(NEAR, d_model)
+    assert _pair_norm_gap(table) <= 1e-12
+    for k in (1, 37, 300, NEAR - 1):
+        assert _shift_gap(table, k) <= SHIFT_TOLERANCE
+    # An odd width's lone sine adds sin**2, between 0 and 1, to the squared norm.
+    lone = np.linalg.norm(table, axis=1) ** 2 - d_model // 2
+    if d_model % 2:
+        assert lone.min() >= -1e-12 and lone.max() <= 1 + 1e-12
+        last = np.arange(NEAR) * 10000.0 ** (-(d_model - 1) / d_model)
+        assert np.abs(lone - np.sin(last) ** 2).max() <= 1e-11
+    else:
+        assert np.abs(lone).max() <= 1e-11
+
+
+def test_the_reference_free_checks_on_the_published_double_count():
+    # As published, column c turns at base**(-2c/d): the pairs mix two frequencies.
+    published = museum.double_counted_as_found(512, 128)
+    assert _pair_norm_gap(published) > 0.1 and _shift_gap(published, 1) > 0.1
+    # The cosine fixed alone: true pairs, at the frequencies of base**2.
+    cleaned = museum.double_counted(512, 128)
+    assert _pair_norm_gap(cleaned) <= 1e-12 and _shift_gap(cleaned, 1) > 0.1
+    assert _shift_gap(cleaned, 1, base=1e8) <= SHIFT_TOLERANCE

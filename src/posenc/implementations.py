@@ -33,7 +33,7 @@ def _fill_from_angles(angles: np.ndarray, d_model: int, dtype: np.dtype) -> np.n
 
     The sines and cosines are computed into fresh contiguous arrays and then copied
     into their columns, exactly as the chapters' code does. (Writing them straight into
-    the strided columns with ``out=`` saves one temporary, see chapter 4, but NumPy
+    the strided columns with ``out=`` saves one temporary, see the deep dive on chapter 4, but NumPy
     may then take another code path, which on some processors rounds differently.)
     """
     table = np.empty((angles.shape[0], d_model), dtype=dtype)
