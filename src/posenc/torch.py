@@ -1,7 +1,7 @@
 """Positional encodings as PyTorch modules, and a small encoder that uses them (chapter 7).
 
 Import it by name (``import posenc.torch``): it needs PyTorch, which ``import posenc``
-and chapters 1-3 do not (chapter 4 shows the buffer form, chapter 5 the bfloat16 failure).
+and chapters 1-3 do not.
 
 - :class:`SinusoidalPositionalEncoding` adds ``posenc.sinusoidal`` to its input. The
   table is a buffer (it moves with ``.to(device)``, it is not trained), built once at
