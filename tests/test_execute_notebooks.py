@@ -163,3 +163,52 @@ def test_a_print_split_by_the_kernel_is_stored_as_one_output():
         ("display_data", None),
         ("stream", "c\nd\n"),
     ]
+
+
+class _FlakyClient:
+    """Stands in for NotebookClient: its first ``deaths`` starts fail as ``error``."""
+
+    starts = 0
+
+    def __init__(self, nb, **_):
+        self.nb = nb
+
+    def execute(self, env):
+        type(self).starts += 1
+        if type(self).starts <= type(self).deaths:
+            raise RuntimeError(type(self).error)
+        for cell in self.nb.cells:
+            cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text="ran\n")]
+
+
+def _flaky(monkeypatch, deaths, error=execute_notebooks.KERNEL_DIED_AT_START):
+    client = type("Flaky", (_FlakyClient,), {"deaths": deaths, "error": error, "starts": 0})
+    monkeypatch.setattr(execute_notebooks, "NotebookClient", client)
+    return client
+
+
+def _one_cell_notebook(tmp_path):
+    path = tmp_path / "99_one.ipynb"
+    nbformat.write(new_notebook(cells=[new_code_cell("print('ran')", id="one")]), path)
+    return path
+
+
+def test_a_kernel_that_dies_before_starting_is_started_again(tmp_path, monkeypatch):
+    client = _flaky(monkeypatch, deaths=execute_notebooks.KERNEL_STARTS - 1)
+    text = execute_notebooks.execute(_one_cell_notebook(tmp_path))
+    assert client.starts == execute_notebooks.KERNEL_STARTS
+    assert nbformat.reads(text, as_version=4).cells[0].outputs[0].text == "ran\n"
+
+
+def test_a_kernel_that_keeps_dying_fails_the_run(tmp_path, monkeypatch):
+    client = _flaky(monkeypatch, deaths=execute_notebooks.KERNEL_STARTS)
+    with pytest.raises(RuntimeError, match="before replying"):
+        execute_notebooks.execute(_one_cell_notebook(tmp_path))
+    assert client.starts == execute_notebooks.KERNEL_STARTS
+
+
+def test_other_kernel_errors_are_not_retried(tmp_path, monkeypatch):
+    client = _flaky(monkeypatch, deaths=1, error="Kernel died while executing a cell")
+    with pytest.raises(RuntimeError, match="while executing"):
+        execute_notebooks.execute(_one_cell_notebook(tmp_path))
+    assert client.starts == 1

@@ -39,6 +39,12 @@ from tools.portability import CONFIGURATIONS, environment
 
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
 CELL_TIMEOUT_SECONDS = 600
+# A kernel that dies before it answers its first request has run no cell, so its
+# death says nothing about the notebook (kernels started side by side, as the
+# portability check starts three, can for instance collide on a port). Such a start
+# is retried; a kernel that dies later, or a cell's error, fails the run at once.
+KERNEL_DIED_AT_START = "Kernel died before replying to kernel_info"
+KERNEL_STARTS = 3
 
 
 def _widget_ids(nb) -> list[str]:
@@ -96,22 +102,30 @@ def execute(path: Path, *, cpu: str | None = None, allow_errors: bool = False) -
     ``cpu`` names a configuration of ``tools.portability.CONFIGURATIONS`` for the
     kernel; with ``allow_errors`` a failing cell stores its error and the run goes on.
     """
-    nb = nbformat.read(path, as_version=4)
-    for cell in nb.cells:
-        if cell.cell_type == "code":
-            cell.outputs = []
-            cell.execution_count = None
-    client = NotebookClient(
-        nb,
-        timeout=CELL_TIMEOUT_SECONDS,
-        kernel_name="python3",
-        allow_errors=allow_errors,
-        record_timing=False,
-        store_widget_state=True,
-        resources={"metadata": {"path": str(path.parent)}},
-    )
-    client.execute(env=_kernel_env(cpu))
-    return normalize(nb, path.stem)
+    for attempt in range(1, KERNEL_STARTS + 1):
+        nb = nbformat.read(path, as_version=4)
+        for cell in nb.cells:
+            if cell.cell_type == "code":
+                cell.outputs = []
+                cell.execution_count = None
+        client = NotebookClient(
+            nb,
+            timeout=CELL_TIMEOUT_SECONDS,
+            kernel_name="python3",
+            allow_errors=allow_errors,
+            record_timing=False,
+            store_widget_state=True,
+            resources={"metadata": {"path": str(path.parent)}},
+        )
+        try:
+            client.execute(env=_kernel_env(cpu))
+        except RuntimeError as error:
+            if not str(error).startswith(KERNEL_DIED_AT_START) or attempt == KERNEL_STARTS:
+                raise
+            print(f"{path}: {error}; starting a fresh kernel", file=sys.stderr)
+            continue
+        return normalize(nb, path.stem)
+    raise AssertionError("unreachable")  # the last attempt returns or raises
 
 
 def _kernel_env(cpu: str | None = None) -> dict[str, str]:
