@@ -198,3 +198,22 @@ def test_self_attention_misfit_projections(which, shape, match):
 def test_self_attention_refuses_integer_tokens():
     with pytest.raises(TypeError, match="x must be a floating-point array"):
         self_attention(np.ones((3, 2), dtype=int), *(np.ones((2, 2)) for _ in range(3)))
+
+
+def test_pytorch_sdpa_is_equivariant_without_a_mask_and_not_with_a_causal_one(rng):
+    """Chapter 1's claim about PyTorch's own attention, with no mask and a causal one."""
+    torch = pytest.importorskip("torch")
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    q, k, v = (rng.normal(size=(5, 4)) for _ in range(3))
+    perm = np.array([0, 4, 2, 3, 1])
+    ours, _ = scaled_dot_product_attention(q, k, v)
+    for causal in (False, True):
+        out, out_perm = (
+            sdpa(*(torch.from_numpy(a[p]) for a in (q, k, v)), is_causal=causal).numpy()
+            for p in (np.arange(5), perm)
+        )
+        if causal:
+            assert not np.allclose(out_perm, out[perm], atol=1e-3)
+        else:
+            np.testing.assert_allclose(out, ours, rtol=0, atol=1e-12)
+            np.testing.assert_allclose(out_perm, out[perm], rtol=0, atol=1e-12)

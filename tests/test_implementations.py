@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from posenc import implementations, museum, reference, sinusoidal
+from posenc import implementations, museum, properties, reference, sinusoidal
 
 TABLES = [
     sinusoidal,
@@ -98,18 +98,32 @@ def test_a_base_too_large_for_the_dtype_is_refused(builder):
     assert np.all(np.isfinite(sinusoidal(4, 8, base=1e5, dtype=np.float16)))
 
 
-# Chapter 3's two checks that need no reference table. Every entry is within
-# NEAR_TOLERANCE of the exact value below position 4096 (the tests above) and a
-# rotation keeps that error's size, so a turned pair misses the row k positions on
-# by at most (sqrt(2) + 1) * NEAR_TOLERANCE, plus a few roundings.
+# Chapter 3's three cheap checks: row 0, pairs on the unit circle, a shift turns each
+# pair. Every entry is within NEAR_TOLERANCE of the exact value below position 4096
+# (the tests above) and a rotation keeps that error's size, so a turned pair misses
+# the row k positions on by at most (sqrt(2) + 1) * NEAR_TOLERANCE, plus a few
+# roundings.
 SHIFT_TOLERANCE = 3 * NEAR_TOLERANCE
 
 
-def _pair_norm_gap(table):
-    """How far the full sine-cosine pairs of each row are from norm sqrt(d // 2)."""
+def _row0_gap(table):
+    """How far row 0 is from [0, 1, 0, 1, ...]: sin 0 = 0, cos 0 = 1."""
+    expected = np.zeros(table.shape[1])
+    expected[1::2] = 1.0
+    return float(np.abs(table[0] - expected).max())
+
+
+def _pair_gap(table):
+    """How far each full sine-cosine pair is from the unit circle."""
     pairs = table.shape[1] // 2
-    norms = np.linalg.norm(table[:, : 2 * pairs], axis=1)
-    return float(np.abs(norms - math.sqrt(pairs)).max())
+    radius = np.hypot(table[:, 0 : 2 * pairs : 2], table[:, 1::2])
+    return float(np.abs(radius - 1).max())
+
+
+def _row_norm_gap(table):
+    """How far each row's norm is from sqrt(d / 2): the weaker check."""
+    norms = np.linalg.norm(table, axis=1)
+    return float(np.abs(norms - math.sqrt(table.shape[1] / 2)).max())
 
 
 def _shift_gap(table, k, base=10000.0):
@@ -124,9 +138,10 @@ def _shift_gap(table, k, base=10000.0):
 
 @pytest.mark.parametrize("builder", TABLES, ids=TABLE_IDS)
 @pytest.mark.parametrize("d_model", [2, 3, 5, 8, 31, 64, 127, 512])
-def test_pairs_have_norm_one_and_a_shift_turns_each_pair(builder, d_model):
+def test_row_zero_pairs_and_shifts_of_every_correct_table(builder, d_model):
     table = builder(NEAR, d_model)
-    assert _pair_norm_gap(table) <= 1e-12
+    assert _row0_gap(table) == 0.0  # sin 0 and cos 0 are exact
+    assert _pair_gap(table) <= 1e-12
     for k in (1, 37, 300, NEAR - 1):
         assert _shift_gap(table, k) <= SHIFT_TOLERANCE
     # An odd width's lone sine adds sin**2, between 0 and 1, to the squared norm.
@@ -139,11 +154,43 @@ def test_pairs_have_norm_one_and_a_shift_turns_each_pair(builder, d_model):
         assert np.abs(lone).max() <= 1e-11
 
 
-def test_the_reference_free_checks_on_the_published_double_count():
+def test_each_check_catches_its_own_bug():
     # As published, column c turns at base**(-2c/d): the pairs mix two frequencies.
     published = museum.double_counted_as_found(512, 128)
-    assert _pair_norm_gap(published) > 0.1 and _shift_gap(published, 1) > 0.1
+    assert _row0_gap(published) == 0.0
+    assert _pair_gap(published) > 0.1 and _shift_gap(published, 1) > 0.1
     # The cosine fixed alone: true pairs, at the frequencies of base**2.
-    cleaned = museum.double_counted(512, 128)
-    assert _pair_norm_gap(cleaned) <= 1e-12 and _shift_gap(cleaned, 1) > 0.1
-    assert _shift_gap(cleaned, 1, base=1e8) <= SHIFT_TOLERANCE
+    cosine_fixed = museum.double_counted(512, 128)
+    assert _row0_gap(cosine_fixed) == 0.0 and _pair_gap(cosine_fixed) <= 1e-12
+    assert _shift_gap(cosine_fixed, 1) > 0.1
+    assert _shift_gap(cosine_fixed, 1, base=1e8) <= SHIFT_TOLERANCE
+    # Positions from 1: a correct table of other positions; only row 0 sees it.
+    off_by_one = sinusoidal(512, 128, start=1)
+    assert _row0_gap(off_by_one) > 0.8
+    assert _pair_gap(off_by_one) <= 1e-12 and _shift_gap(off_by_one, 1) <= SHIFT_TOLERANCE
+    # Sines then cosines, read as interleaved: the row norm cannot see it.
+    concat = sinusoidal(512, 128, layout="concat")
+    assert _row_norm_gap(concat) <= 1e-12 and _pair_gap(concat) > 0.9
+    shuffled = sinusoidal(512, 128)[:, np.random.default_rng(0).permutation(128)]
+    assert _row_norm_gap(shuffled) <= 1e-12 and _pair_gap(shuffled) > 0.5
+
+
+def test_the_published_table_breaks_the_offset_only_dot_product():
+    # PE(p) . PE(p + 5) over p = 0..506: constant for true pairs (sum of cos 5 w_i),
+    # moving with p when a pair's sine and cosine turn at alpha_i != beta_i.
+    k, d, p = 5, 128, np.arange(507)[:, None]
+    bound = 4 * d * np.finfo(float).eps * 512  # entries off by ~eps * 511 each
+    for table, base in (
+        (sinusoidal(512, d), 1e4),
+        (museum.double_counted(512, d), 1e8),
+    ):
+        dots = np.sum(table[:-k] * table[k:], axis=1)
+        assert np.abs(dots - properties.offset_dot_product(k, d, base=base)).max() < bound
+    published = museum.double_counted_as_found(512, d)
+    alpha = 10000.0 ** (-2 * np.arange(0, d, 2) / d)
+    beta = 10000.0 ** (-2 * np.arange(1, d, 2) / d)
+    moving = np.cos((2 * p + k) * beta) - np.cos((2 * p + k) * alpha)
+    closed = 0.5 * np.sum(np.cos(k * alpha) + np.cos(k * beta) + moving, axis=1)
+    dots = np.sum(published[:-k] * published[k:], axis=1)
+    assert np.abs(dots - closed).max() < bound
+    assert np.ptp(dots) > 9.0
