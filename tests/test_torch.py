@@ -94,6 +94,35 @@ def test_past_max_len_without_extend_the_error_names_max_len():
         module(torch.zeros(1, 21, 16))
 
 
+@pytest.mark.parametrize("max_len", [40, 12, 5])
+def test_a_sequence_fed_in_pieces_gets_the_rows_of_the_whole(max_len):
+    # A decoder with a cache feeds one new token (or a chunk) at a time: the piece
+    # starting at offset t gets rows t, t+1, ..., inside max_len, across it, or past it.
+    module = pt.SinusoidalPositionalEncoding(8, max_len=max_len)
+    x = torch.randn(2, 20, 8)
+    whole = module(x)
+    pieces = [module(x[:, t : t + 3], offset=t) for t in range(0, 20, 3)]
+    assert torch.equal(torch.cat(pieces, dim=1), whole)
+    assert torch.equal(module(torch.zeros(1, 20, 8))[0], float32_table(20, 8))
+    first = pt.SinusoidalPositionalEncoding(8, max_len=max_len, batch_first=False)
+    assert torch.equal(first(x[:, 7:8].transpose(0, 1), offset=7), whole[:, 7:8].transpose(0, 1))
+
+
+def test_an_offset_past_max_len_without_extend_names_it():
+    module = pt.SinusoidalPositionalEncoding(16, max_len=20, extend=False)
+    assert module(torch.zeros(1, 1, 16), offset=19).shape == (1, 1, 16)
+    with pytest.raises(ValueError, match=r"sequence length 1 from offset 20 exceeds max_len=20"):
+        module(torch.zeros(1, 1, 16), offset=20)
+
+
+@pytest.mark.parametrize("offset, error", [(-1, ValueError), (1.0, TypeError), (True, TypeError)])
+def test_a_bad_offset_is_refused(offset, error):
+    # A negative offset would slice pe[-1:0], an empty table that broadcasting
+    # would silently turn into an empty output.
+    with pytest.raises(error, match="offset"):
+        pt.SinusoidalPositionalEncoding(8, max_len=10)(torch.zeros(1, 1, 8), offset=offset)
+
+
 def test_dropout_acts_on_the_sum_in_training_only():
     module = pt.SinusoidalPositionalEncoding(64, max_len=128, dropout=0.25)
     x = torch.randn(8, 128, 64)
@@ -246,6 +275,13 @@ def test_learned_forward_adds_the_first_rows_and_trains_only_those():
     out.sum().backward()
     assert torch.equal(module.table.grad[:4], torch.full((4, 6), 2.0))
     assert torch.equal(module.table.grad[4:], torch.zeros(6, 6))
+
+
+def test_learned_offset_takes_the_rows_of_those_positions():
+    module = pt.LearnedPositionalEncoding(6, max_len=10)
+    assert torch.equal(module(torch.zeros(1, 2, 6), offset=8)[0], module.table[8:10])
+    with pytest.raises(ValueError, match=r"sequence length 2 from offset 9 exceeds max_len=10"):
+        module(torch.zeros(1, 2, 6), offset=9)
 
 
 def test_learned_table_dtype():

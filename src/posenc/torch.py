@@ -72,6 +72,10 @@ def check_tokens(tokens, vocab_size: int) -> None:
         )
 
 
+def _from(start: int) -> str:
+    return f" from offset {start}" if start else ""
+
+
 class _AddedPositionalEncoding(nn.Module):
     """Shared by both encodings: check the input, add the table's first rows, dropout."""
 
@@ -97,12 +101,20 @@ class _AddedPositionalEncoding(nn.Module):
             )
         return x.shape[1] if self.batch_first else x.shape[0]
 
-    def rows(self, length: int) -> torch.Tensor:
-        """The ``(length, d_model)`` rows added to a sequence of that length."""
+    def rows(self, length: int, start: int = 0) -> torch.Tensor:
+        """The ``(length, d_model)`` rows of positions ``start`` to ``start + length - 1``."""
         raise NotImplementedError
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        table = self.rows(self._length(x)).to(x.dtype)
+    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        """``x`` plus the rows of its positions, then dropout.
+
+        ``offset`` is the position of ``x``'s first token: 0 for a whole sequence, the
+        number of tokens already cached when a decoder feeds one new token at a time
+        (without it, every new token would get row 0). The rows are cast to ``x.dtype``,
+        so the output keeps the input's dtype (under autocast too).
+        """
+        offset = integer("offset", offset, minimum=0)
+        table = self.rows(self._length(x), start=offset).to(x.dtype)
         table = table.unsqueeze(0) if self.batch_first else table.unsqueeze(1)
         return self.dropout(x + table)
 
@@ -158,19 +170,22 @@ class SinusoidalPositionalEncoding(_AddedPositionalEncoding):
         table = sinusoidal(length, self.d_model, base=self.base, start=start)  # float64
         return torch.from_numpy(table).to(device=device, dtype=dtype)
 
-    def rows(self, length: int) -> torch.Tensor:
+    def rows(self, length: int, start: int = 0) -> torch.Tensor:
         stored = self.pe.shape[0]
-        if length <= stored:
-            return self.pe[:length]
+        end = start + length
+        if end <= stored:
+            return self.pe[start:end]
         if not self.extend:
             raise ValueError(
-                f"sequence length {length} exceeds max_len={self.max_len} (built with extend=False)"
+                f"sequence length {length}{_from(start)} exceeds max_len={self.max_len} "
+                "(built with extend=False)"
             )
         # The rows past max_len are computed for this call, from float64, and the module
         # is left as it was: forward never reassigns a buffer (torch.compile, CUDA graphs
         # and DistributedDataParallel's buffer broadcast all assume it does not).
-        extra = self._build(length - stored, self.pe.dtype, self.pe.device, start=stored)
-        return torch.cat([self.pe, extra])
+        first = max(start, stored)
+        extra = self._build(end - first, self.pe.dtype, self.pe.device, start=first)
+        return torch.cat([self.pe[start:], extra]) if start < stored else extra
 
     def _check_stored_table(
         self, module, state_dict, prefix, local_metadata, strict, missing, unexpected, errors
@@ -236,13 +251,13 @@ class LearnedPositionalEncoding(_AddedPositionalEncoding):
         )
         nn.init.normal_(self.table, std=init_std)
 
-    def rows(self, length: int) -> torch.Tensor:
-        if length > self.max_len:
+    def rows(self, length: int, start: int = 0) -> torch.Tensor:
+        if start + length > self.max_len:
             raise ValueError(
-                f"sequence length {length} exceeds max_len={self.max_len}: a learned table "
-                f"has no row for positions {self.max_len} and beyond"
+                f"sequence length {length}{_from(start)} exceeds max_len={self.max_len}: a "
+                f"learned table has no row for positions {self.max_len} and beyond"
             )
-        return self.table[:length]
+        return self.table[start : start + length]
 
 
 class TransformerWithPositionalEncoding(nn.Module):
