@@ -146,6 +146,10 @@ def _mostly_hidden(nb):
     nb.cells[2].metadata["tags"] = ["remove-input"]
 
 
+def _reads_a_removed_name(nb):
+    nb.cells[1].metadata["tags"] = ["remove-cell"]  # defines x; cell 2 reads it
+
+
 def _no_title(nb):
     nb.cells[0].source = "Some text"
 
@@ -224,6 +228,7 @@ def _player(link_slider=True, extra=None):
         (_unnamed_source(":::{admonition} Errata: a slip"), "unnamed source"),
         (_unnamed_source("Two tutorials repeat the claim."), "unnamed source"),
         (_mostly_hidden, "at most half"),
+        (_reads_a_removed_name, "defined only in cells the site removes"),
         (_no_title, "# Title"),
         (_long_cell, "longer than"),
         (_version, "machine-specific"),
@@ -256,6 +261,16 @@ def test_a_common_mistake_stated_on_its_own_with_a_named_source_passes():
         "{cite:p}`pytorch_transformer_tutorial` and the tutorials of this book are named."
     )
     assert broken(lambda nb: nb.cells.append(new_markdown_cell(text, id="named"))) == []
+
+
+def test_a_name_a_shown_cell_defines_again_may_also_come_from_a_removed_cell():
+    nb = copy.deepcopy(good_notebook())
+    nb.cells[1].metadata["tags"] = ["remove-cell"]
+    nb.cells[2].source = "x = 2\nx + 1"
+    assert notebook_checks.check_shown_code_stands_alone(nb) == []
+    nb.cells[1].metadata["tags"] = ["hide-input"]  # collapsed, but on the page
+    nb.cells[2].source = "x + 1"
+    assert notebook_checks.check_shown_code_stands_alone(nb) == []
 
 
 def test_half_of_the_code_cells_may_be_hidden():

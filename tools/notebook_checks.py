@@ -6,6 +6,7 @@ findings, one readable line per problem; an empty list means the notebook passes
 
 from __future__ import annotations
 
+import ast
 import re
 
 from tools.chapter_metrics import is_hidden, teaching_cells
@@ -296,6 +297,52 @@ def check_teaching_code_is_visible(nb) -> list[str]:
     return []
 
 
+REMOVED_TAGS = {"remove-input", "remove-cell"}
+
+
+def _names(source: str) -> tuple[set[str], set[str]]:
+    """The names a cell binds anywhere, and the names it reads."""
+    code = "\n".join(
+        "" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines()
+    )
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return set(), set()
+    bound, read = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            (read if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            bound.add(node.name)
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+        elif isinstance(node, ast.alias):
+            bound.add((node.asname or node.name).split(".")[0])
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            bound.add(node.name)
+    return bound, read
+
+
+def check_shown_code_stands_alone(nb) -> list[str]:
+    """A cell the site shows reads no name that only a removed cell defines.
+
+    A reader copies the code the page shows; a name defined only in a cell the site
+    removes (remove-cell, remove-input) is a NameError for that reader.
+    """
+    findings, shown, removed = [], set(), set()
+    for index, cell in _code_cells(nb):
+        bound, read = _names(cell.source)
+        if REMOVED_TAGS & set(cell.metadata.get("tags", [])):
+            removed |= bound
+            continue
+        missing = sorted((read - bound - shown) & removed)
+        if missing:
+            findings.append(f"cell {index} reads {missing}, defined only in cells the site removes")
+        shown |= bound
+    return findings
+
+
 ALL_CHECKS = (
     check_structure,
     check_executed_in_order,
@@ -307,6 +354,7 @@ ALL_CHECKS = (
     check_widgets,
     check_sources_are_named,
     check_teaching_code_is_visible,
+    check_shown_code_stands_alone,
 )
 
 
