@@ -118,3 +118,12 @@ def test_the_player_refuses_no_frames_and_bad_intervals(frames):
         animation.player([])
     with pytest.raises(ValueError, match="interval_ms"):
         animation.player(frames, interval_ms=0)
+
+
+def test_hands_turn_anticlockwise_from_three_oclock_in_the_cos_sin_plane():
+    """A hand is e^{j angle} drawn as (cos, sin): chapter 6's convention."""
+    clocks = animation._Clocks(np.array([1.0, 0.5]))
+    clocks.draw(0, np.array([0.0, math.pi / 2]))
+    (x0, y0), (x1, y1) = [(h.get_xdata()[1], h.get_ydata()[1]) for h in clocks.hands]
+    assert (x0, y0) == pytest.approx((1.0, 0.0))  # angle 0: three o'clock
+    assert (x1, y1) == pytest.approx((0.0, 1.0), abs=1e-12)  # a quarter turn: twelve

@@ -67,7 +67,7 @@ def _alt(position: int, angles: np.ndarray, d_model: int) -> str:
     return (
         f"{len(angles)} clock faces, one per sine-cosine pair of row {position} of the "
         f"sinusoidal table with d_model = {d_model}. Each hand points at its pair's angle, "
-        f"measured clockwise from twelve o'clock: pair 0 at {degrees[0]:.0f} degrees, "
+        f"measured anticlockwise from three o'clock: pair 0 at {degrees[0]:.0f} degrees, "
         f"pair 1 at {degrees[1]:.0f}, the last pair at {degrees[-1]:.2f}."
     )
 
@@ -83,7 +83,7 @@ class _Clocks:
         for i, ax in enumerate(axes):
             ax.add_patch(Circle((0, 0), 1.0, fill=False, edgecolor="0.45", linewidth=1.0))
             ax.plot([0], [0], "o", color="#0b3c5d", markersize=3)
-            (hand,) = ax.plot([0, 0], [0, 1], color="#0b3c5d", linewidth=2.2)
+            (hand,) = ax.plot([0, 1], [0, 0], color="#0b3c5d", linewidth=2.2)
             self.hands.append(hand)
             ax.set_xlim(-1.15, 1.15)
             ax.set_ylim(-1.15, 1.15)
@@ -93,9 +93,10 @@ class _Clocks:
         self.title = self.figure.suptitle("", fontsize=9, y=0.99)
 
     def draw(self, position: int, angles: np.ndarray) -> bytes:
-        # Angle 0 at twelve o'clock, turning clockwise, like a clock.
+        # The (cos, sin) plane: angle 0 at three o'clock, turning anticlockwise, so a hand
+        # is the complex number e^{j angle} (chapter 6's convention).
         for hand, angle in zip(self.hands, angles, strict=True):
-            hand.set_data([0, math.sin(angle)], [0, math.cos(angle)])
+            hand.set_data([0, math.cos(angle)], [0, math.sin(angle)])
         self.title.set_text(f"position p = {position}")
         return png(self.figure)
 
