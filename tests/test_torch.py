@@ -524,3 +524,48 @@ def test_a_persistent_table_of_another_length_does_not_load():
 
     with pytest.raises(RuntimeError, match="size mismatch for pe"):
         Saved(10).load_state_dict(Saved(20).state_dict())
+
+
+# --- empty memory, reset_parameters and the MRO -----------------------------------------
+
+
+@pytest.mark.parametrize("start", ["to_empty", "meta"])
+def test_reset_parameters_rebuilds_a_table_that_was_never_written(start):
+    # to_empty (and a module built on the meta device) leaves pe as whatever memory held,
+    # and load_state_dict cannot refill a non-persistent buffer (transformers #34234).
+    if start == "meta":
+        module = pt.SinusoidalPositionalEncoding(16, 64, device="meta")
+    else:
+        module = pt.SinusoidalPositionalEncoding(16, 64)
+        module.pe.fill_(float("nan"))  # stands for uninitialised memory, deterministically
+    module = module.to_empty(device="cpu")
+    module.pe.fill_(float("nan"))
+    module.load_state_dict({})
+    assert torch.isnan(module.pe).all()  # loading fills nothing
+    stored = module.pe
+    module.reset_parameters()
+    assert module.pe is stored and torch.equal(module.pe, float32_table(64, 16))
+
+
+def test_reset_parameters_keeps_the_dtype_and_draws_a_learned_table_again():
+    module = pt.SinusoidalPositionalEncoding(8, 30, dtype=torch.float64)
+    module.pe.zero_()
+    module.reset_parameters()
+    assert torch.equal(module.pe, torch.from_numpy(sinusoidal(30, 8)))
+    learned = pt.LearnedPositionalEncoding(64, 500, init_std=0.01)
+    learned.table.data.zero_()
+    learned.reset_parameters()
+    assert 0.009 < learned.table.std().item() < 0.011
+
+
+@pytest.mark.parametrize("cls", [pt.SinusoidalPositionalEncoding, pt.LearnedPositionalEncoding])
+def test_no_class_in_the_mro_overrides_a_private_torch_method(cls):
+    own = [c for c in cls.__mro__ if issubclass(c, nn.Module) and c.__module__ == pt.__name__]
+    assert pt._AddedPositionalEncoding in own
+    overridden = {
+        (c.__name__, name)
+        for c in own
+        for name in vars(c)
+        if name.startswith("_") and not name.startswith("__") and hasattr(nn.Module, name)
+    }
+    assert not overridden, overridden

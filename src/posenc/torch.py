@@ -48,10 +48,12 @@ def stored_table_tolerance(length: int) -> float:
     """How far a stored table of ``length`` rows may be from the formula and still load.
 
     Correct tables differ from the exact values by their dtype's rounding (at most
-    2**-11 in float16) and, when they were computed in float32 as many tutorials do, by
-    an angle error that grows with the position: about 2**-25 per unit of position
-    (7e-4 for 20,000 rows, 2.4e-3 for 60,000). The bound is 1e-3 plus 4 * 2**-24 per
-    position, eight times that slope. Wrong layouts, bases, swapped sin/cos or a shift
+    2**-11 in float16) and, when they were computed in float32 as many tutorials do
+    (the PyTorch tutorial's exp-log recipe), by an angle error that grows with the
+    position: between about 0.7 and 1.3 times 2**-24 per unit of position, depending on
+    d_model (at 20,000 rows 8.3e-4 for d_model = 64 and 1.6e-3 for 512; at 60,000,
+    2.4e-3 and 3.7e-3). The bound is 1e-3 plus 4 * 2**-24 per position, about three
+    times the largest of those slopes. Wrong layouts, bases, swapped sin/cos or a shift
     by one position differ by about 0.1 or more at every length (base 1000 for 10000:
     0.098 at two rows).
     """
@@ -137,12 +139,15 @@ class SinusoidalPositionalEncoding(_AddedPositionalEncoding):
     base : the wavelength base, keyword-only.
     extend : what a sequence longer than ``max_len`` gets. True (default): the rows past
         ``max_len`` are computed for that call, exactly (the formula has a row for every
-        position); the module itself does not change. False: ``ValueError`` naming
-        ``max_len``.
+        position); the module itself does not change. Those rows are built in NumPy on
+        the CPU at every such call and copied to the table's device: a graph break under
+        ``torch.compile`` and a host-to-device copy, so choose ``max_len`` to cover the
+        lengths you run. False: ``ValueError`` naming ``max_len``.
     device, dtype : where and in what precision the table lives. Build the module in the
         dtype it will run in: converting it later (``.double()``, ``.half()``) converts the
         stored table like any buffer, so a float32 table made float64 keeps its float32
-        rounding (within 2**-25 of the exact values).
+        rounding (within 2**-25 of the exact values). A module built on the meta device
+        or moved with ``to_empty`` needs ``reset_parameters()`` to rebuild its table.
     """
 
     def __init__(
@@ -165,6 +170,17 @@ class SinusoidalPositionalEncoding(_AddedPositionalEncoding):
             raise TypeError(f"dtype must be a floating-point torch dtype, got {dtype}")
         self.register_buffer("pe", self._build(self.max_len, dtype, device), persistent=False)
         self.register_load_state_dict_pre_hook(self._check_stored_table)
+
+    def reset_parameters(self) -> None:
+        """Rebuild the table in place, on its device and in its dtype.
+
+        A module built on the meta device, or moved with ``to_empty``, holds memory that
+        was never written, and ``load_state_dict`` cannot refill a non-persistent buffer:
+        call this afterwards (the name is the one ``nn.Linear`` and most PyTorch modules
+        use for "initialise me again").
+        """
+        with torch.no_grad():
+            self.pe.copy_(self._build(self.pe.shape[0], self.pe.dtype, self.pe.device))
 
     def _build(self, length: int, dtype: torch.dtype, device, start: int = 0) -> torch.Tensor:
         table = sinusoidal(length, self.d_model, base=self.base, start=start)  # float64
@@ -228,9 +244,12 @@ class SinusoidalPositionalEncoding(_AddedPositionalEncoding):
 class LearnedPositionalEncoding(_AddedPositionalEncoding):
     """``x + P[:length]`` with a trainable table ``P`` of ``max_len * d_model`` numbers.
 
-    ``P`` starts as N(0, ``init_std``²) (0.02, as BERT and GPT-2 initialise theirs). It
-    has no row for position ``max_len`` or beyond: a longer sequence raises
-    ``ValueError`` naming ``max_len``.
+    ``P`` starts as N(0, ``init_std``²). The default, 0.02, is BERT's
+    ``initializer_range``, which Hugging Face's GPT-2 also applies to its position
+    table; OpenAI's own GPT-2 code draws its position table (``wpe``) with 0.01 and
+    its token table with 0.02. It has no row for position ``max_len`` or beyond: a
+    longer sequence raises ``ValueError`` naming ``max_len``.
+    ``reset_parameters()`` draws the table again.
     """
 
     def __init__(
@@ -245,11 +264,15 @@ class LearnedPositionalEncoding(_AddedPositionalEncoding):
         dtype=None,
     ):
         super().__init__(d_model, max_len, dropout, batch_first)
-        init_std = positive_finite("init_std", init_std)
+        self.init_std = positive_finite("init_std", init_std)
         self.table = nn.Parameter(
             torch.empty(self.max_len, self.d_model, device=device, dtype=dtype)
         )
-        nn.init.normal_(self.table, std=init_std)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Draw the table again from N(0, ``init_std``²)."""
+        nn.init.normal_(self.table, std=self.init_std)
 
     def rows(self, length: int, start: int = 0) -> torch.Tensor:
         if start + length > self.max_len:
