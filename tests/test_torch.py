@@ -251,6 +251,25 @@ def test_the_tolerance_refuses_wrong_tables_at_any_length(length, wrong):
         module.load_state_dict({"pe": float32_table(length, 64, **wrong)})
 
 
+@pytest.mark.parametrize("length", [100, 512, 2048])
+def test_a_correct_bfloat16_table_loads_and_a_wrong_one_is_refused(length):
+    # bfloat16 rounds values in [0.5, 1) by up to 2**-9, above the 1e-3 floor
+    module = pt.SinusoidalPositionalEncoding(64, max_len=10)
+    exact = torch.from_numpy(sinusoidal(length, 64))
+    stored = exact.to(torch.bfloat16)
+    assert (stored.double() - exact).abs().max().item() > 1e-3
+    module.load_state_dict({"pe": stored})
+    concat = sinusoidal(length, 64, layout="concat")
+    with pytest.raises(RuntimeError, match="differs"):
+        module.load_state_dict({"pe": torch.from_numpy(concat).to(torch.bfloat16)})
+
+
+def test_the_tolerance_adds_half_an_ulp_of_the_stored_dtype():
+    assert pt.stored_table_tolerance(1, torch.bfloat16) == 1e-3 + 2.0**-8
+    assert pt.stored_table_tolerance(1, torch.float16) == 1e-3 + 2.0**-11
+    assert pt.stored_table_tolerance(1, torch.int64) == 1e-3
+
+
 def test_the_tolerance_grows_with_length():
     assert pt.stored_table_tolerance(1) == 1e-3
     assert math.isclose(pt.stored_table_tolerance(2**20 + 1), 1e-3 + 0.25)

@@ -44,7 +44,7 @@ __all__ = [
 ENCODINGS = ("sinusoidal", "learned", "none")
 
 
-def stored_table_tolerance(length: int) -> float:
+def stored_table_tolerance(length: int, dtype: torch.dtype | None = None) -> float:
     """How far a stored table of ``length`` rows may be from the formula and still load.
 
     Correct tables differ from the exact values by their dtype's rounding (at most
@@ -56,8 +56,16 @@ def stored_table_tolerance(length: int) -> float:
     times the largest of those slopes. Wrong layouts, bases, swapped sin/cos or a shift
     by one position differ by about 0.1 or more at every length (base 1000 for 10000:
     0.098 at two rows).
+
+    With ``dtype``, the dtype the table is stored in, half an ulp at 1 of that dtype
+    (``torch.finfo(dtype).eps / 2``) is added: a correct table stored in bfloat16 is
+    off by up to 2**-9 at every length, above the 1e-3 floor (2**-8 is added for it,
+    4.9e-4 for float16, 6e-8 for float32).
     """
-    return 1e-3 + 4 * 2.0**-24 * max(length - 1, 0)
+    tolerance = 1e-3 + 4 * 2.0**-24 * max(length - 1, 0)
+    if dtype is not None and dtype.is_floating_point:
+        tolerance += torch.finfo(dtype).eps / 2
+    return tolerance
 
 
 def check_tokens(tokens, vocab_size: int) -> None:
@@ -226,7 +234,7 @@ class SinusoidalPositionalEncoding(_AddedPositionalEncoding):
         table = stored.detach().to("cpu", torch.float64).reshape(-1, self.d_model).numpy()
         expected = sinusoidal(table.shape[0], self.d_model, base=self.base)
         deviation = float(np.max(np.abs(table - expected), initial=0.0))
-        tolerance = stored_table_tolerance(table.shape[0])
+        tolerance = stored_table_tolerance(table.shape[0], stored.dtype)
         if not deviation <= tolerance:
             # posenc.checks names the likely bug (layout, base, swap, shift, ...)
             findings = check_sinusoidal_table(table, base=self.base, atol=tolerance)
