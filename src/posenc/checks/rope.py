@@ -25,7 +25,7 @@ import math
 import numpy as np
 
 from posenc import _validation
-from posenc.checks import _EPS, ANGLE_ROUNDINGS, PRECISIONS, _growth, _growth_rate
+from posenc.checks.tolerances import ANGLE_ROUNDINGS, EPS, PRECISIONS, growth, growth_rate
 from posenc.long_context import scaled_frequencies
 
 __all__ = ["PAIRINGS", "check_rope_cache"]
@@ -204,7 +204,7 @@ def check_rope_cache(
     # The scale: cos^2 + sin^2 is the same for every entry.
     norms = np.hypot(cos_pairs, sin_pairs)
     scale = float(np.median(norms))
-    eps = max(_EPS.get(cos_dtype, 0.0), _EPS.get(sin_dtype, 0.0), _EPS["float64"])
+    eps = max(EPS.get(cos_dtype, 0.0), EPS.get(sin_dtype, 0.0), EPS["float64"])
     if scale == 0 or np.any(np.abs(norms / scale - 1) > 0.05):
         return [
             *findings,
@@ -233,11 +233,11 @@ def check_rope_cache(
         if _explained(cos_unit, sin_unit, declared, expected, tolerance, name):
             angles = declared[:, None] * expected[None, :]
             error = np.maximum(np.abs(cos_unit - np.cos(angles)), np.abs(sin_unit - np.sin(angles)))
-            if _growth(error, np.abs(angles)) is not None:
+            if growth(error, np.abs(angles)) is not None:
                 row = int(np.argmax(error.max(axis=1)))
                 return [
                     *findings,
-                    f"errors grow with the position {_growth_rate(name)}, up to "
+                    f"errors grow with the position {growth_rate(name)}, up to "
                     f"{error.max():.2g} at position {declared[row]:g}: "
                     f"looks like angles computed in {name} (positions times frequencies in "
                     f"{name}, as torch code that builds the cache in the model's dtype "

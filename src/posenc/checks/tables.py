@@ -39,6 +39,16 @@ from typing import NamedTuple
 import numpy as np
 
 from posenc import _validation
+from posenc.checks.positions import estimate_position, number, shift_finding
+from posenc.checks.tolerances import (
+    ANGLE_ROUNDINGS,
+    EPS,
+    PRECISIONS,
+    STORAGE,
+    growth,
+    growth_rate,
+    on_grid,
+)
 from posenc.encoding import LAYOUTS, MAX_POSITION, sinusoidal
 
 # The default tolerance never exceeds this: an entry further off is always reported.
@@ -49,24 +59,10 @@ PAIR_NORM = 0.1
 FIT_ROWS = 512
 # Rows compared while searching; the winning explanation is then checked on all rows.
 SAMPLE_ROWS = 24
-# Angles computed in a narrow format are off by up to about 3 roundings of it (position,
-# frequency, product); an entry may then be off by ANGLE_ROUNDINGS * u * max(1, |angle|).
-ANGLE_ROUNDINGS = 4
 # Such a comparison is only evidence where that bound is small: at least this fraction of
 # the entries compared must have a bound below DISCRIMINATING.
 DISCRIMINATING = 0.5
 MIN_DISCRIMINATING = 0.25
-# Unit roundoff of the formats whose arithmetic the precision finding can name, finest first.
-PRECISIONS = {"float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}
-
-# Machine epsilon of the dtypes a table may come in (bfloat16 from torch).
-_EPS = {"float64": 2.0**-52, "float32": 2.0**-23, "float16": 2.0**-10, "bfloat16": 2.0**-7}
-# Unit roundoff of the formats a table may be declared (or found) to have been stored in.
-STORAGE = {"float64": 2.0**-53, "float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}
-# An error that grows with the angle: over the angles compared, the largest errors of the
-# top eighth of angles are at least this many times those of the bottom eighth.
-GROWTH = 4.0
-
 FREQUENCY_MODELS = ("paper", "double", "half", "tensor2tensor", "wider", "fitted")
 POSITION_MODELS = ("given", "shifted", "constant", "negated", "absolute", "scaled")
 LONE_COLUMNS = ("sine", "zero")
@@ -164,35 +160,6 @@ def _phases(table: np.ndarray, layout: str, swapped: bool, lone: str) -> np.ndar
     return np.arctan2(sine, cosine)
 
 
-def _wrap(angle: np.ndarray) -> np.ndarray:
-    return (angle + np.pi) % (2 * np.pi) - np.pi
-
-
-def _estimate_position(phases: np.ndarray, freqs: np.ndarray) -> float | None:
-    """The position whose angles best explain one row's ``phases``, or None.
-
-    The two lowest frequencies beat against each other: their phase difference turns
-    with the small difference of the frequencies, which gives a first estimate over a
-    long range (from -0.16 to 1.5 million at d_model = 512). Each frequency, from the lowest
-    up, then refines it by the phase it has left over, as the digits of a number are
-    read from the most significant down.
-    """
-    order = np.argsort(freqs[: len(phases)])
-    order = order[freqs[order] > 0]
-    if len(order) == 0:
-        return None
-    low = order[0]
-    position = phases[low] / freqs[low]
-    if len(order) > 1 and freqs[order[1]] > freqs[low]:
-        beat = freqs[order[1]] - freqs[low]
-        # a turn of the beat read in [-0.1, 0.9) turns: positions from a little below 0
-        turn = (phases[order[1]] - phases[low] + 0.2 * np.pi) % (2 * np.pi) - 0.2 * np.pi
-        position = turn / beat
-    for k in order:
-        position += _wrap(phases[k] - freqs[k] * position) / freqs[k]
-    return float(position) if np.isfinite(position) else None
-
-
 def _fitted_base(table: np.ndarray, layout: str, swapped: bool, lone: str) -> float | None:
     """The base whose frequencies explain how fast each pair's phase turns, or None.
 
@@ -231,7 +198,7 @@ def _tolerance(dtype: str, rows: np.ndarray, atol: float | None, stored: float =
     """
     if atol is not None:
         return np.full(len(rows), atol)
-    eps = max(_EPS.get(str(dtype), 0.0), _EPS["float64"])
+    eps = max(EPS.get(str(dtype), 0.0), EPS["float64"])
     return np.minimum(4 * eps * np.maximum(1.0, np.abs(rows)), MAX_TOLERANCE) + stored
 
 
@@ -287,7 +254,7 @@ def _scaled(ctx: _Context, explanation: Explanation, freqs, sample) -> list[np.n
     if len(sample) < 3:
         return []
     phases = _phases(ctx.table[sample], explanation.layout, explanation.swapped, explanation.lone)
-    estimates = [_estimate_position(row, freqs) for row in phases]
+    estimates = [estimate_position(row, freqs) for row in phases]
     if any(e is None for e in estimates):
         return []
     asked = ctx.positions[sample]
@@ -387,7 +354,7 @@ def _search(ctx: _Context, fitted_cache: dict, precision: str | None = None):
             shift = None
             if explanation.positions in ("shifted", "constant"):
                 row = ctx.table[sample[:1]]
-                estimate = _estimate_position(
+                estimate = estimate_position(
                     _phases(row, explanation.layout, explanation.swapped, explanation.lone)[0],
                     freqs,
                 )
@@ -446,7 +413,7 @@ def _describe(explanation: Explanation, ctx: _Context, positions, fitted) -> lis
         )
     first = ctx.rows[0]
     if explanation.positions == "shifted":
-        findings.append(_shift_finding(positions[first], ctx.positions[first]))
+        findings.append(shift_finding(positions[first], ctx.positions[first]))
     elif explanation.positions == "scaled":
         step = (positions[-1] - positions[0]) / (ctx.positions[-1] - ctx.positions[0])
         findings.append(
@@ -459,7 +426,7 @@ def _describe(explanation: Explanation, ctx: _Context, positions, fitted) -> lis
         )
     elif explanation.positions == "constant":
         findings.append(
-            f"every row is the row of position {_number(positions[first])}: the position "
+            f"every row is the row of position {number(positions[first])}: the position "
             f"does not advance along the rows; looks like the batch axis used as the "
             f"position axis"
         )
@@ -485,23 +452,6 @@ def _describe(explanation: Explanation, ctx: _Context, positions, fitted) -> lis
             f"the sine of one more pair"
         )
     return findings
-
-
-def _shift_finding(begins: float, declared: float) -> str:
-    """The sentence for rows that are at other positions than declared."""
-    shift = begins - declared
-    if shift == 2:
-        why = "looks like fairseq's or M2M100's numbering, which starts at padding_idx + 1 = 2"
-    elif abs(shift) == 1:
-        why = "an off-by-one: positions counted from 1, or from 0 where 1 was meant"
-    else:
-        why = f"the positions are shifted by {_number(shift)} (a start offset added or forgotten?)"
-    return f"rows start at position {_number(begins)}, not {_number(declared)}: {why}"
-
-
-def _number(value: float) -> str:
-    """A position as written: whole numbers in full, fractions to six digits."""
-    return str(int(value)) if float(value).is_integer() else f"{value:.6g}"
 
 
 def _frequency_finding(
@@ -560,47 +510,12 @@ def _errors(ctx: _Context, explanation: Explanation, freqs, positions):
     return np.abs(ctx.table[rows] - predicted), sizes
 
 
-def _growth(error: np.ndarray, sizes: np.ndarray) -> float | None:
-    """How the error grows with the angle: the fitted error per radian, or None.
-
-    Entries are sorted by the size of their angle and cut into eight groups; the error
-    grows with the angle when the largest error of the last group is at least GROWTH
-    times that of the first and the largest errors rise from group to group (a rank
-    correlation of at least 0.7). The slope is then fitted through the origin on the
-    largest error of each group against its largest angle.
-    """
-    used = sizes > 0
-    if used.sum() < 16:
-        return None
-    order = np.argsort(sizes[used], kind="stable")
-    err, size = error[used][order], sizes[used][order]
-    groups = np.array_split(np.arange(len(size)), 8)
-    top = np.array([err[g].max() for g in groups])
-    reach = np.array([size[g].max() for g in groups])
-    if top[-1] < GROWTH * max(top[0], 1e-300):
-        return None
-    ranks = np.argsort(np.argsort(top))
-    if np.corrcoef(ranks, np.arange(len(top)))[0, 1] < 0.7:
-        return None
-    return float(np.sum(top * reach) / np.sum(reach * reach))
-
-
-def _growth_rate(name: str) -> str:
-    """How errors grow when angles are computed in the format ``name``: the bound the
-    explanation was checked against, never the fitted slope, whose digits depend on the
-    machine that built the table (a libm or SIMD kernel one ulp apart moves them)."""
-    return (
-        f"as rounding angles to {name} does (at most {ANGLE_ROUNDINGS} roundings "
-        f"of {PRECISIONS[name]:.2g} per radian)"
-    )
-
-
 def _precision(ctx: _Context, error, positions, name: str) -> str:
     """The finding for angles computed in the format ``name``: where the error is worst."""
     row, column = np.unravel_index(np.argmax(error), error.shape)
     return (
-        f"errors grow with the angle {_growth_rate(name)}, up to {error[row, column]:.2g} at "
-        f"position {_number(positions[ctx.rows][row])} (column {column}): looks like angles "
+        f"errors grow with the angle {growth_rate(name)}, up to {error[row, column]:.2g} at "
+        f"position {number(positions[ctx.rows][row])} (column {column}): looks like angles "
         f"computed in {name}"
     )
 
@@ -615,23 +530,6 @@ def _storage(error, name: str) -> str:
     )
 
 
-def _on_grid(values: np.ndarray, dtype: str) -> list[str]:
-    """The formats coarser than ``dtype`` whose grid holds every value, finest first."""
-    finer = {"float64": 0, "float32": 1, "float16": 2, "bfloat16": 2}
-    own = finer.get(dtype, 0)
-    grids = []
-    with np.errstate(over="ignore"):
-        as32 = values.astype(np.float32)
-        on32 = bool(np.all(as32.astype(np.float64) == values))
-        if on32 and own < 1:
-            grids.append("float32")
-        if own < 2 and np.all(values.astype(np.float16).astype(np.float64) == values):
-            grids.append("float16")
-        if own < 2 and on32 and np.all(as32.view(np.uint32) & 0xFFFF == 0):
-            grids.append("bfloat16")
-    return grids
-
-
 def _unexplained(ctx: _Context) -> str:
     """The finding for a table of sine-cosine pairs that no explanation reproduces."""
     freqs = _frequencies(ctx.asked.frequency, ctx.table.shape[1], ctx.base, None, ctx.asked.lone)
@@ -639,7 +537,7 @@ def _unexplained(ctx: _Context) -> str:
     row, column = np.unravel_index(np.argmax(error), error.shape)
     return (
         f"the table is made of sine-cosine pairs but differs from what was declared by up "
-        f"to {error[row, column]:.2g} (position {_number(ctx.positions[ctx.rows][row])}, column "
+        f"to {error[row, column]:.2g} (position {number(ctx.positions[ctx.rows][row])}, column "
         f"{column}); the error is not a storage grid and does not grow with the angle, and "
         f"no known bug explains it"
     )
@@ -828,7 +726,7 @@ def check_sinusoidal_table(
         explanation, freqs, positions_found, fitted = found
         return findings + _describe(explanation, ctx, positions_found, fitted)
     # Storage: every value on a coarser grid, and the table within that grid's rounding.
-    for name in _on_grid(ctx.table[ctx.rows], dtype):
+    for name in on_grid(ctx.table[ctx.rows], dtype):
         stored_ctx = ctx._replace(stored=max(ctx.stored, STORAGE[name]))
         found = _search(stored_ctx, fitted_cache)
         if found is not None:
@@ -843,17 +741,8 @@ def check_sinusoidal_table(
             continue
         explanation, freqs, positions_found, fitted = found
         error, sizes = _errors(ctx, explanation, freqs, positions_found)
-        if _growth(error, sizes) is not None:
+        if growth(error, sizes) is not None:
             described = _describe(explanation, ctx, positions_found, fitted)
             return findings + described + [_precision(ctx, error, positions_found, name)]
         break  # the first precision that fits shows no growth: not arithmetic
     return [*findings, _unexplained(ctx)]
-
-
-def __getattr__(name: str):
-    # check_rope_cache lives in posenc.rope_checks, which uses this module's helpers.
-    if name == "check_rope_cache":
-        from posenc.rope_checks import check_rope_cache
-
-        return check_rope_cache
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,4 +1,4 @@
-"""posenc.rope_checks: a RoPE cos/sin cache checked against float64 angles, and each
+"""posenc.checks.rope: a RoPE cos/sin cache checked against float64 angles, and each
 mistake that real code makes named: float32 angles, the pairing, partial rotary, a
 wrong base, scaled frequencies and an attention scale."""
 
@@ -9,8 +9,8 @@ import pytest
 
 from posenc import museum
 from posenc.checks import check_rope_cache
+from posenc.checks.rope import check_rope_cache as same
 from posenc.long_context import scaled_frequencies
-from posenc.rope_checks import check_rope_cache as same
 
 
 def cache(

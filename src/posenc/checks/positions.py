@@ -1,0 +1,53 @@
+"""Positions read back from a table's phases, and how a shift of the positions is
+named. Shared by :mod:`posenc.checks.tables` and :mod:`posenc.checks.rope`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def wrap(angle: np.ndarray) -> np.ndarray:
+    return (angle + np.pi) % (2 * np.pi) - np.pi
+
+
+def estimate_position(phases: np.ndarray, freqs: np.ndarray) -> float | None:
+    """The position whose angles best explain one row's ``phases``, or None.
+
+    The two lowest frequencies beat against each other: their phase difference turns
+    with the small difference of the frequencies, which gives a first estimate over a
+    long range (from -0.16 to 1.5 million at d_model = 512). Each frequency, from the lowest
+    up, then refines it by the phase it has left over, as the digits of a number are
+    read from the most significant down.
+    """
+    order = np.argsort(freqs[: len(phases)])
+    order = order[freqs[order] > 0]
+    if len(order) == 0:
+        return None
+    low = order[0]
+    position = phases[low] / freqs[low]
+    if len(order) > 1 and freqs[order[1]] > freqs[low]:
+        beat = freqs[order[1]] - freqs[low]
+        # a turn of the beat read in [-0.1, 0.9) turns: positions from a little below 0
+        turn = (phases[order[1]] - phases[low] + 0.2 * np.pi) % (2 * np.pi) - 0.2 * np.pi
+        position = turn / beat
+    for k in order:
+        position += wrap(phases[k] - freqs[k] * position) / freqs[k]
+    return float(position) if np.isfinite(position) else None
+
+
+def shift_finding(begins: float, declared: float) -> str:
+    """The sentence for rows that are at other positions than declared."""
+    shift = begins - declared
+    if shift == 2:
+        why = "looks like fairseq's or M2M100's numbering, which starts at padding_idx + 1 = 2"
+    elif abs(shift) == 1:
+        why = "an off-by-one: positions counted from 1, or from 0 where 1 was meant"
+    else:
+        why = f"the positions are shifted by {number(shift)} (a start offset added or forgotten?)"
+    return f"rows start at position {number(begins)}, not {number(declared)}: {why}"
+
+
+def number(value: float) -> str:
+    """A position as written: whole numbers in full, fractions to six digits."""
+    return str(int(value)) if float(value).is_integer() else f"{value:.6g}"
