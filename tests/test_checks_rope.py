@@ -1,6 +1,8 @@
 """posenc.checks.rope: a RoPE cos/sin cache checked against float64 angles, and each
 mistake that real code makes named: float32 angles, the pairing, partial rotary, a
-wrong base, scaled frequencies and an attention scale."""
+wrong base, scaled frequencies, an attention scale, storage in a narrow format, shifted
+positions, swapped cos and sin, the sign of sin, the 2i exponent bug, a corrupted entry
+and an odd width; batch and singleton axes; atol, allow and stored_dtype."""
 
 from __future__ import annotations
 
@@ -153,3 +155,111 @@ def test_bad_arguments_raise_and_name_the_argument(kwargs, error, match):
     arguments = {"cos": np.ones((4, 8)), "sin": np.zeros((4, 8)), **kwargs}
     with pytest.raises(error, match=match):
         check_rope_cache(**arguments)
+
+
+def bf16(values):
+    return museum.round_to_bfloat16(values)
+
+
+def test_storage_in_bfloat16_or_float16_is_named_as_storage_and_can_be_declared():
+    cos, sin = cache(512, 80)
+    findings = check_rope_cache(bf16(cos), bf16(sin))
+    only(findings, "stored in bfloat16")
+    assert "declare stored_dtype='bfloat16'" in findings[0]
+    assert not any(word in findings[0] for word in ("multiplied", "divided", "stretch"))
+    assert check_rope_cache(bf16(cos), bf16(sin), stored_dtype="bfloat16") == []
+    half = cos.astype(np.float16).astype(np.float32), sin.astype(np.float16).astype(np.float32)
+    only(check_rope_cache(*half), "stored in float16")
+    assert check_rope_cache(*half, stored_dtype=np.float16) == []
+
+
+def test_storage_and_an_off_by_one_are_both_named():
+    cos, sin = cache(512, 64, start=1)
+    only(check_rope_cache(bf16(cos), bf16(sin)), "stored in bfloat16", "off-by-one")
+
+
+def test_float32_angles_can_be_allowed_or_given_a_tolerance():
+    cos, sin = museum.float32_rope_cache(2048, 128, start=100_000)
+    assert check_rope_cache(cos, sin, start=100_000, allow=("float32_angles",)) == []
+    assert check_rope_cache(cos, sin, start=100_000, atol=0.02) == []
+    only(check_rope_cache(cos, sin, start=100_000, atol=1e-6), "angles computed in float32")
+    with pytest.raises(ValueError, match="allow"):
+        check_rope_cache(cos, sin, allow=("bfloat16_angles",))
+
+
+@pytest.mark.parametrize("start", [0, 37])
+def test_shifted_positions_are_named(start):
+    cos, sin = cache(256, 64, start=start + 1)
+    only(check_rope_cache(cos, sin, start=start), "off-by-one")
+    cos, sin = cache(256, 64, start=start - 1)
+    only(check_rope_cache(cos, sin, start=start), "off-by-one")
+
+
+def test_a_forgotten_kv_cache_offset_is_named():
+    only(check_rope_cache(*cache(64, 64), start=300), "KV-cache offset")
+
+
+def test_swapped_cos_and_sin_and_the_sign_of_sin_are_named():
+    cos, sin = cache(256, 64)
+    only(check_rope_cache(sin, cos), "cos and sin are swapped")
+    only(check_rope_cache(cos, -sin), "sin has the wrong sign")
+
+
+@pytest.mark.parametrize("dim", [64, 80, 128])
+def test_a_base_typo_is_not_partial_rotary_and_the_2i_bug_is_named(dim):
+    findings = check_rope_cache(*cache(512, dim, base=1e5))
+    only(findings, "base = 100000, 10 times the declared base 10000")
+    assert "10e4" in findings[0]
+    only(check_rope_cache(*cache(512, dim, base=5e6), base=5e5), "10 times the declared")
+    doubled = 1e4 ** (-2 * np.arange(0, dim, 2) / dim)
+    only(check_rope_cache(*cache(512, dim, freqs=doubled)), "2i exponent bug")
+
+
+def test_one_corrupted_entry_is_named_where_it_is():
+    cos, sin = cache(256, 64)
+    cos[100, 5] += 0.02
+    only(check_rope_cache(cos, sin), "row 100 (position 100), column 5 differs by 0.02")
+    assert "divided" not in check_rope_cache(cos, sin)[0]
+
+
+def test_an_odd_width_is_named():
+    cos, sin = cache(64, 8)
+    only(check_rope_cache(cos[:, :7], sin[:, :7]), "odd width, 7 columns")
+    only(check_rope_cache(cos[:, :7], sin[:, :7], rotary_dim=8), "odd width")
+
+
+def test_batch_and_singleton_axes():
+    cos, sin = cache(128, 64)
+    assert check_rope_cache(cos[None, None], sin[None, None]) == []
+    assert check_rope_cache(np.stack([cos, cos]), np.stack([sin, sin])) == []
+    other = cache(128, 64, start=50)
+    both = np.stack([cos, other[0]]), np.stack([sin, other[1]])
+    only(check_rope_cache(*both), "batch rows of the cache differ")
+    rows = np.stack([np.arange(128), np.arange(50, 178)])
+    assert check_rope_cache(*both, positions=rows) == []
+    wrong = np.stack([np.arange(128), np.arange(51, 179)])
+    only(check_rope_cache(*both, positions=wrong), "batch row 1: rows start at position 50")
+    with pytest.raises(ValueError, match="batch, positions"):
+        check_rope_cache(*both, positions=rows[:, :5])
+
+
+def test_an_attention_scale_within_storage_rounding_is_no_finding():
+    cos, sin = cache(256, 64, scale=1.2)
+    assert (
+        check_rope_cache(bf16(cos), bf16(sin), attention_scale=1.2, stored_dtype="bfloat16") == []
+    )
+    findings = check_rope_cache(*cache(256, 64, scale=1.0001))
+    only(findings, "multiplied by 1.0001, not attention_scale=1")
+
+
+def test_an_odd_slice_of_a_wider_cache_is_an_odd_width_and_pairs_are_not():
+    cos, sin = cache(256, 64)
+    only(check_rope_cache(cos[:, :7], sin[:, :7]), "odd width, 7 columns")
+    assert check_rope_cache(*cache(64, 14, pairing=None)) == []  # 7 pairs, one column each
+
+
+def test_a_mistake_in_a_cache_with_float32_angles_is_named_with_a_note():
+    cos, sin = museum.float32_rope_cache(512, 64, start=1)
+    findings = check_rope_cache(cos, sin)
+    only(findings, "off-by-one", "float32 rounding")
+    only(check_rope_cache(cos, sin, allow="float32_angles"), "off-by-one")

@@ -409,8 +409,86 @@ def test_torch_tensors_are_checked_as_they_come():
         ({"stored_dtype": "float8"}, ValueError, "stored_dtype"),
         ({"padding_idx": 3}, ValueError, r"padding_idx must be a row of the table, in \[0, 2\]"),
         ({"padding_idx": -1}, ValueError, "padding_idx"),
+        ({"odd_column": "none"}, ValueError, "odd_column"),
     ],
 )
 def test_bad_declarations_raise_and_name_the_argument(kwargs, error, match):
     with pytest.raises(error, match=match):
         check(sinusoidal(3, 4), **kwargs)
+
+
+# ---- what real tables showed (issue 37) ------------------------------------------------
+
+
+def test_a_base_is_fitted_in_the_declared_spacing():
+    # tensor2tensor's spacing with max_timescale 1e5: not the paper-spaced 144974
+    for width in (16, 512):
+        t2t = museum.tensor2tensor_signal(200, width, max_timescale=1e5)
+        only(check(t2t, layout="concat", spacing="tensor2tensor"), "declare base=100000 ")
+    only(check(sinusoidal(300, 64, base=5e5)), "declare base=500000 ")
+
+
+def test_a_start_one_too_low_is_one_position_early_not_counted_from_one():
+    findings = check(museum.relative_table(40, 64), start=-39)
+    only(
+        findings, "rows start at position -40, not -39: an off-by-one, every row one position early"
+    )
+    only(check(sinusoidal(101, 64)[:-1], start=1), "one position early")
+    only(check(sinusoidal(100, 64, start=1)), "one position late")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["float32", "float64"])
+def test_one_corrupted_entry_is_localized_not_a_precision(dtype):
+    table = sinusoidal(300, 64, dtype=dtype)
+    table[123, 17] += 0.02
+    only(check(table), "row 123 (position 123), column 17 differs by 0.02")
+    table[250, 3] -= 0.5
+    findings = check(table)
+    assert len(findings) == 2 and "row 250 (position 250), column 3" in findings[1]
+
+
+def test_a_duplicated_row_is_named_not_a_precision():
+    table = sinusoidal(300, 64, dtype=np.float32)
+    table[200] = table[199]
+    only(check(table), "row 200 repeats row 199")
+    table = museum.fairseq_table(300, 64, padding_idx=1, dtype=np.float32)
+    table[150] = table[149]
+    only(check(table, layout="concat", spacing="tensor2tensor", padding_idx=1), "row 150 repeats")
+
+
+def test_errors_in_many_rows_are_not_a_localized_corruption():
+    table = sinusoidal(300, 64, dtype=np.float32)
+    table[::3, 5] += 0.02
+    only(check(table), "no known bug explains it")
+
+
+def test_a_growing_error_far_below_a_formats_rounding_is_not_that_format():
+    # grows with the angle, but 20 times slower than float16 angles make it grow
+    table = sinusoidal(2000, 64)
+    signs = np.random.default_rng(1).choice([-1.0, 1.0], table.shape)
+    table += 2e-5 * np.arange(2000)[:, None] * 2.0 ** -np.arange(64)[None, :] * signs
+    assert all("computed in float16" not in f for f in check(table))
+
+
+def test_a_transposed_table_is_named():
+    table = sinusoidal(200, 64)
+    only(check(table.T), "(64, 200): transposed")
+    only(check(table.T, positions=np.arange(200.0)), "(64, 200): transposed")
+    only(check(sinusoidal(64, 64).T), "(64, 64): transposed")
+    findings = check(sinusoidal(200, 64, start=1).T)
+    only(findings, "transposed", "one position late")
+
+
+@pytest.mark.parametrize("shape", [(100, 1, 64), (1, 100, 64)])
+def test_singleton_axes_of_a_buffer_are_dropped(shape):
+    assert check(sinusoidal(100, 64).reshape(shape)) == []
+    only(check(sinusoidal(100, 64, start=1).reshape(shape)), "one position late")
+    with pytest.raises(ValueError, match="2-D"):
+        check(np.zeros((2, 3, 4)))
+
+
+def test_the_odd_widths_last_column_can_be_declared():
+    # Stable Diffusion's spacing (freq_shift=0) with a zero column for an odd width
+    odd = museum.timestep_embedding(np.arange(100), 65, downscale_freq_shift=0)
+    assert check(odd, layout="concat", odd_column="zero") == []
+    only(check(sinusoidal(100, 65), odd_column="zero"), "declare odd_column='sine'")

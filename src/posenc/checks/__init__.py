@@ -11,7 +11,7 @@ otherwise. The modules import downward only: ``tables`` and ``rope`` use
 :mod:`posenc.checks.positions` (positions read from phases, shifts named).
 """
 
-from posenc.checks.rope import PAIRINGS, check_rope_cache
+from posenc.checks.rope import ALLOWANCES, PAIRINGS, check_rope_cache
 from posenc.checks.tables import (
     FIRSTS,
     FIT_ROWS,
@@ -28,6 +28,7 @@ from posenc.checks.tables import (
 from posenc.checks.tolerances import ANGLE_ROUNDINGS, GROWTH, PRECISIONS, STORAGE
 
 __all__ = [
+    "ALLOWANCES",
     "ANGLE_ROUNDINGS",
     "FIRSTS",
     "FIT_ROWS",

@@ -7,31 +7,41 @@ which that explanation departs from what was asked for. The space has five axes:
 
 - the column layout (interleaved or ``[sin | cos]`` halves);
 - whether sine and cosine are swapped;
-- the frequencies: the paper's ``base**(-2i/d)``, twice too fast (the i-vs-2i double
-  count), twice too slow, tensor2tensor's ``num_timescales - 1`` spacing, those of a
-  table one column wider (an odd ``d_model`` truncated), or a base fitted to the table;
+- the frequencies: the paper's ``base**(-2i/d)``, tensor2tensor's ``num_timescales - 1``
+  spacing, twice too fast (the i-vs-2i double count) or twice too slow in the declared
+  spacing, those of a table one column wider (an odd ``d_model`` truncated), or a base
+  fitted to the table in the declared spacing (offered as a round number first);
 - the positions: as asked, shifted, the same for every row (the batch axis used as
-  the position axis), negated, or their absolute values;
+  the position axis), negated, their absolute values, or scaled;
 - for an odd width, the lone last column: the sine of one more pair or zeros.
 
 Departures are counted from what the caller declares: the layout, the spacing of the
 frequencies (the paper's or tensor2tensor's), which of sine and cosine comes first in a
-pair, the positions (a start, or any positions, fractional ones included), a padding row
-and the precision the table was stored in. A table that matches its declaration gives no
-finding; otherwise the explanation with the fewest departures wins, and each departure is
-named in the declaration's own terms.
+pair, the odd width's last column, the positions (a start, or any positions, fractional
+ones included), a padding row and the precision the table was stored in. A table that
+matches its declaration gives no finding; otherwise the explanation with the fewest
+departures wins, and each departure is named in the declaration's own terms.
 
-If nothing matches within the tolerance, two kinds of rounding are told apart. Storage:
-every value lies on the grid of a coarser format (float32, float16, bfloat16) and the
-table is within that format's rounding of the formula. Arithmetic: with the error that
-angles computed in a narrow format would add, an explanation matches, and the error is
-seen to grow with the angle (fitted, not assumed). Anything else is reported as an
-unexplained deviation, with its size. Tables that are not made of sine-cosine pairs at
-all, zero rows, scaled tables and non-finite values get findings of their own.
+If no explanation reproduces every row, one that reproduces all but one or two rows
+names a localized corruption: a row that repeats the row before, or the entries of a
+row that differ. Then two kinds of rounding are told apart. Storage: every value lies
+on the grid of a coarser format (float32, float16, bfloat16) and the table is within
+that format's rounding of the formula. Arithmetic: with the error that angles computed
+in a narrow format would add, an explanation matches, the error is past the tolerance
+in many rows, and it grows with the angle (fitted, not assumed) at about the rate that
+format's rounding gives. Anything else is reported as an unexplained deviation, with
+its size. Tables that are not made of sine-cosine pairs at all (a transposed table is
+named as such), zero rows, scaled tables and non-finite values get findings of their
+own; axes of size 1 (a ``(length, 1, d_model)`` buffer) are dropped.
+
+A wrong table costs about what a right one does: the search compares each explanation
+on a sample of rows and confirms only the one that fits there on every row, a block of
+rows at a time, without building the predicted table.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from typing import NamedTuple
@@ -39,7 +49,7 @@ from typing import NamedTuple
 import numpy as np
 
 from posenc import _validation
-from posenc.checks.positions import estimate_position, number, shift_finding
+from posenc.checks.positions import estimate_positions, number, shift_finding
 from posenc.checks.tolerances import (
     ANGLE_ROUNDINGS,
     EPS,
@@ -59,6 +69,19 @@ PAIR_NORM = 0.1
 FIT_ROWS = 512
 # Rows compared while searching; the winning explanation is then checked on all rows.
 SAMPLE_ROWS = 24
+# Rows compared at a time: a wrong explanation is rejected after its first block.
+BLOCK_ROWS = 1024
+FIRST_BLOCK = 6
+# A corruption is localized when at most LOCAL_ROWS rows differ, and the table has at
+# least LOCAL_SHARE times as many rows as differ.
+LOCAL_ROWS = 2
+LOCAL_SHARE = 10
+# Rows whose errors are fitted for growth (evenly spread over the table).
+ERROR_ROWS = 2048
+# Angles computed in a narrow format put errors past the tolerance in at least this share
+# of the rows, growing at no less than the format's unit roundoff / SLOPE_FACTOR per radian.
+WIDESPREAD = 0.05
+SLOPE_FACTOR = 8
 # Such a comparison is only evidence where that bound is small: at least this fraction of
 # the entries compared must have a bound below DISCRIMINATING.
 DISCRIMINATING = 0.5
@@ -100,54 +123,115 @@ def _lone_column(width: int, layout: str, lone: str) -> int:
     return width // 2
 
 
+@functools.lru_cache(maxsize=256)
 def _frequencies(
-    model: str, width: int, base: float, fitted: float | None, lone: str = "sine"
+    model: str,
+    width: int,
+    base: float,
+    fitted: float | None,
+    lone: str = "sine",
+    spacing: str = "paper",
 ) -> np.ndarray:
     """The ``ceil(width / 2)`` angular frequencies of a frequency model.
 
-    A zero-padded odd width (``lone="zero"``) is the table of width ``width - 1`` with a
-    zero column added, as fairseq and diffusers build it: its frequencies are those of
-    the even width (the last one, of the zero column, is never used).
+    ``"double"``, ``"half"`` and ``"fitted"`` keep the declared ``spacing`` and change
+    the base (to ``base**2``, ``sqrt(base)`` or the fitted one): a bug or another base
+    in a tensor2tensor-spaced table stays tensor2tensor-spaced. A zero-padded odd width
+    (``lone="zero"``) is the table of width ``width - 1`` with a zero column added, as
+    fairseq and diffusers build it: its frequencies are those of the even width (the
+    last one, of the zero column, is never used).
     """
     m = (width + 1) // 2
     if lone == "zero" and width % 2:
         width -= 1
     i = np.arange(m, dtype=np.float64)
-    if model == "paper":
-        return base ** (-2 * i / width)
-    if model == "double":
-        return base ** (-4 * i / width)
-    if model == "half":
-        return base ** (-i / width)
-    if model == "tensor2tensor":
-        return base ** (-i / max(width // 2 - 1, 1))
-    if model == "wider":
-        return base ** (-2 * i / (width + 1))
-    return fitted ** (-2 * i / width)
+
+    def spaced(how: str, b: float) -> np.ndarray:
+        if how == "tensor2tensor":
+            return b ** (-i / max(width // 2 - 1, 1))
+        return b ** (-2 * i / width)
+
+    if model in ("paper", "tensor2tensor"):
+        freqs = spaced(model, base)
+    elif model == "double":
+        freqs = spaced(spacing, base**2)
+    elif model == "half":
+        freqs = spaced(spacing, math.sqrt(base))
+    elif model == "wider":
+        freqs = base ** (-2 * i / (width + 1))
+    else:
+        freqs = spaced(spacing, fitted)
+    freqs.flags.writeable = False  # cached: shared by every caller
+    return freqs
 
 
-def _build(rows: np.ndarray, width: int, explanation: Explanation, freqs: np.ndarray):
+def _build(rows: np.ndarray, width: int, explanation: Explanation, freqs: np.ndarray, sized=True):
     """The table (float64) that ``explanation`` predicts at the positions ``rows``.
 
     Also returns, for each entry, the size of the angle it is the sine or cosine of
-    (zero for a zero column).
+    (zero for a zero column), or None unless ``sized``.
     """
     angle = rows[:, None] * freqs[None, :]
     sine, cosine = np.sin(angle), np.cos(angle)
     if explanation.swapped:
         sine, cosine = cosine, sine
     table = np.zeros((len(rows), width))
-    sizes = np.zeros((len(rows), width))
     n = width // 2
     sin_cols, cos_cols = _pair_columns(width, explanation.layout, explanation.lone)
-    table[:, sin_cols] = sine[:, :n]
-    table[:, cos_cols] = cosine[:, :n]
+    table[:, _as_slice(sin_cols)] = sine[:, :n]
+    table[:, _as_slice(cos_cols)] = cosine[:, :n]
+    lone = _lone_column(width, explanation.layout, "sine")
+    if width % 2 and explanation.lone == "sine":
+        table[:, lone] = sine[:, n]
+    if not sized:
+        return table, None
+    sizes = np.zeros((len(rows), width))
     sizes[:, sin_cols] = sizes[:, cos_cols] = np.abs(angle[:, :n])
     if width % 2 and explanation.lone == "sine":
-        lone = _lone_column(width, explanation.layout, "sine")
-        table[:, lone] = sine[:, n]
         sizes[:, lone] = np.abs(angle[:, n])
     return table, sizes
+
+
+def _row_errors(values: np.ndarray, rows: np.ndarray, explanation: Explanation, freqs, slack=0.0):
+    """The largest error of each row of ``values`` against the table ``explanation``
+    predicts at the positions ``rows``, less ``slack * max(1, |angle|)`` for each
+    entry: :func:`_build` without building the table."""
+    width = values.shape[1]
+    n = width // 2
+    angle = rows[:, None] * freqs[None, :]
+    allowed = slack * np.maximum(1.0, np.abs(angle)) if slack else 0.0
+    first, second = (np.cos, np.sin) if explanation.swapped else (np.sin, np.cos)
+    worst = np.full(len(rows), -np.inf)
+    sin_cols, cos_cols = _pair_columns(width, explanation.layout, explanation.lone)
+    for function, columns in ((first, sin_cols), (second, cos_cols)):
+        part = function(angle[:, :n])
+        np.subtract(part, values[:, _as_slice(columns)], out=part)
+        np.abs(part, out=part)
+        if slack:
+            np.subtract(part, allowed[:, :n], out=part)
+        np.maximum(worst, np.max(part, axis=1, initial=-np.inf), out=worst)
+    if width % 2:
+        lone = _lone_column(width, explanation.layout, explanation.lone)
+        if explanation.lone == "sine":
+            error = np.abs(values[:, lone] - first(angle[:, n]))
+            error -= allowed[:, n] if slack else 0.0
+        else:
+            error = np.abs(values[:, lone]) - slack
+        np.maximum(worst, error, out=worst)
+    return worst
+
+
+def _as_slice(columns: np.ndarray):
+    """Evenly spaced column indices as a slice (a strided view is faster to fill)."""
+    return _slice_of(columns.tobytes()) or columns
+
+
+@functools.lru_cache(maxsize=64)
+def _slice_of(packed: bytes) -> slice | None:
+    columns = np.frombuffer(packed, dtype=np.int64)
+    if len(columns) > 1 and np.all(np.diff(columns) == columns[1] - columns[0]):
+        return slice(int(columns[0]), int(columns[-1]) + 1, int(columns[1] - columns[0]))
+    return None
 
 
 def _phases(table: np.ndarray, layout: str, swapped: bool, lone: str) -> np.ndarray:
@@ -160,32 +244,56 @@ def _phases(table: np.ndarray, layout: str, swapped: bool, lone: str) -> np.ndar
     return np.arctan2(sine, cosine)
 
 
-def _fitted_base(table: np.ndarray, layout: str, swapped: bool, lone: str) -> float | None:
-    """The base whose frequencies explain how fast each pair's phase turns, or None.
+def _fitted_base(
+    table: np.ndarray,
+    positions: np.ndarray,
+    layout: str,
+    swapped: bool,
+    lone: str,
+    spacing: str = "paper",
+) -> float | None:
+    """The base whose frequencies, in the declared ``spacing``, explain how fast each
+    pair's phase turns, or None.
 
-    Each full pair's phase is unwrapped along the rows (a step is at most one
-    radian, so no turn is missed) and its slope read over all of them; ``log base``
-    is then the weighted mean of ``-width * log(slope_i) / (2 i)``, each pair weighted
-    by how precisely its slope fixes the base.
+    Rows are sorted by position, and each full pair's phase unwrapped along them and
+    its slope read from the first to the last; a pair counts where that slope turns
+    it by less than a quarter turn between neighbouring rows (else a turn could have
+    been missed). Each such pair gives ``log base`` as ``-log(slope_i) * d_model /
+    (2 i)`` (the paper's spacing) or ``-log(slope_i) * (d_model / 2 - 1) / i``
+    (tensor2tensor's); the median of them is the fitted base.
     """
-    length, width = table.shape
+    width = table.shape[1]
     n = width // 2
-    if length < 2 or n < 2:
+    order = np.argsort(positions, kind="stable")
+    positions = positions[order]
+    keep = np.concatenate([[True], np.diff(positions) > 0])
+    positions, table = positions[keep], table[order][keep]
+    if len(positions) < 2 or n < 2:
         return None
     spaced_for = width - 1 if lone == "zero" and width % 2 else width
+    per_step = max(spaced_for // 2 - 1, 1) if spacing == "tensor2tensor" else spaced_for / 2
     phases = np.unwrap(_phases(table, layout, swapped, lone), axis=0)
-    slopes = (phases[-1] - phases[0]) / (length - 1)
+    slopes = (phases[-1] - phases[0]) / (positions[-1] - positions[0])
     i = np.arange(1, n)
     slopes = slopes[1:]
-    usable = slopes > 0
+    usable = (slopes > 0) & (slopes * np.max(np.diff(positions)) < np.pi / 2)
     if not usable.any():
         return None
-    estimates = -spaced_for * np.log(slopes[usable]) / (2 * i[usable])
-    weights = (i[usable] * slopes[usable]) ** 2
-    log_base = float(np.sum(weights * estimates) / np.sum(weights))
+    log_base = float(np.median(-per_step * np.log(slopes[usable]) / i[usable]))
     if not 0 < log_base < 700:
         return None
     return math.exp(log_base)
+
+
+def _round_bases(fitted: float) -> list[float]:
+    """A fitted base rounded to 1, 2, 3 and 4 significant digits, then as fitted: a
+    base is usually a round number (100000, 500000), and it is named as one."""
+    bases = []
+    for digits in (1, 2, 3, 4, None):
+        b = fitted if digits is None else float(f"{fitted:.{digits}g}")
+        if b > 1 and b not in bases:
+            bases.append(b)
+    return bases
 
 
 def _tolerance(dtype: str, rows: np.ndarray, atol: float | None, stored: float = 0.0) -> np.ndarray:
@@ -223,6 +331,13 @@ class _Context(NamedTuple):
         return self.asked.layout
 
 
+def _taking_part(ctx: _Context) -> np.ndarray:
+    """The rows of the table that take part (the table itself, not a copy, when all do)."""
+    if len(ctx.rows) == len(ctx.table):
+        return ctx.table
+    return ctx.table[ctx.rows]
+
+
 def _positions(model: str, ctx: _Context, shift: float | None) -> np.ndarray | None:
     """The positions of every table row under a position model, or None if undefined.
 
@@ -244,7 +359,19 @@ def _positions(model: str, ctx: _Context, shift: float | None) -> np.ndarray | N
     return np.full(ctx.table.shape[0], float(shift)) if ctx.table.shape[0] > 1 else None
 
 
-def _scaled(ctx: _Context, explanation: Explanation, freqs, sample) -> list[np.ndarray]:
+def _estimates(ctx: _Context, explanation: Explanation, freqs, sample, cache: dict) -> np.ndarray:
+    """The position each row of ``sample`` reads as under ``explanation`` (NaN where
+    none), computed once per way of reading the columns and set of frequencies."""
+    key = ("estimates", explanation.layout, explanation.swapped, explanation.lone, freqs.tobytes())
+    if key not in cache:
+        phases = _phases(
+            ctx.table[sample], explanation.layout, explanation.swapped, explanation.lone
+        )
+        cache[key] = estimate_positions(phases, freqs)
+    return cache[key]
+
+
+def _scaled(ctx: _Context, explanation: Explanation, freqs, sample, cache) -> list[np.ndarray]:
     """Candidate positions ``a + s * declared`` with ``s != 1``, fitted to the rows.
 
     The position of each sampled row is estimated from its phases, a line is fitted
@@ -253,14 +380,13 @@ def _scaled(ctx: _Context, explanation: Explanation, freqs, sample) -> list[np.n
     """
     if len(sample) < 3:
         return []
-    phases = _phases(ctx.table[sample], explanation.layout, explanation.swapped, explanation.lone)
-    estimates = [estimate_position(row, freqs) for row in phases]
-    if any(e is None for e in estimates):
+    estimates = _estimates(ctx, explanation, freqs, sample, cache)
+    if not np.all(np.isfinite(estimates)):
         return []
     asked = ctx.positions[sample]
     if np.ptp(asked) == 0:
         return []
-    scale, offset = np.polyfit(asked, np.array(estimates), 1)
+    scale, offset = np.polyfit(asked, estimates, 1)
     if not np.isfinite(scale) or abs(scale - 1) < 1e-6 or scale <= 0:
         return []  # a scale of 1 is a shift; a negative one, negated positions
     candidates = []
@@ -292,22 +418,43 @@ def _explanations(ctx: _Context):
     return sorted(points, key=lambda p: _departures(p, ctx))
 
 
-def _compare(ctx: _Context, explanation: Explanation, freqs, positions, which, precision):
-    """Whether ``explanation`` reproduces the table rows ``which``.
+def _bad_rows(
+    ctx: _Context, explanation: Explanation, freqs, positions, which, precision, allowed=0
+):
+    """The rows among ``which`` that ``explanation`` does not reproduce, or None when
+    there are more than ``allowed`` of them (or the comparison cannot tell).
 
     The tolerance is that of the larger of the positions asked for and explained
     (capped, so that explaining a table by huge positions gains nothing), plus,
-    when ``precision`` names a format, what angles computed in it can cost.
+    when ``precision`` names a format, what angles computed in it can cost. Rows are
+    compared a block at a time, and the comparison stops at the first block that has
+    too many bad rows: a wrong explanation is rejected in about the time of its first
+    block.
     """
-    predicted, sizes = _build(positions[which], ctx.table.shape[1], explanation, freqs)
-    error = np.abs(ctx.table[which] - predicted)
-    larger = np.maximum(np.abs(ctx.positions[which]), np.abs(positions[which]))
-    tolerance = _tolerance(ctx.dtype, larger, ctx.atol, ctx.stored)[:, None]
-    if precision is not None:
-        tolerance = tolerance + ANGLE_ROUNDINGS * PRECISIONS[precision] * np.maximum(1, sizes)
-        if np.mean(tolerance < DISCRIMINATING) < MIN_DISCRIMINATING:
-            return False
-    return bool(np.all(error <= tolerance))
+    bad = []
+    edges = [0, *range(FIRST_BLOCK, len(which), BLOCK_ROWS), len(which)]
+    for begin, end in itertools.pairwise(edges):
+        block = which[begin:end]
+        larger = np.maximum(np.abs(ctx.positions[block]), np.abs(positions[block]))
+        tolerance = _tolerance(ctx.dtype, larger, ctx.atol, ctx.stored)
+        slack = 0.0
+        if precision is not None:
+            slack = ANGLE_ROUNDINGS * PRECISIONS[precision]
+            angles = np.abs(positions[block][:, None] * freqs[None, :])
+            bounds = tolerance[:, None] + slack * np.maximum(1.0, angles)
+            if np.mean(bounds < DISCRIMINATING) < MIN_DISCRIMINATING:
+                return None
+        error = _row_errors(ctx.table[block], positions[block], explanation, freqs, slack)
+        wrong = block[error > tolerance]
+        bad.extend(wrong.tolist())
+        if len(bad) > allowed:
+            return None
+    return np.array(bad, dtype=np.int64)
+
+
+def _compare(ctx: _Context, explanation: Explanation, freqs, positions, which, precision):
+    """Whether ``explanation`` reproduces every one of the table rows ``which``."""
+    return _bad_rows(ctx, explanation, freqs, positions, which, precision) is not None
 
 
 def _matches_formula(ctx: _Context) -> bool:
@@ -333,56 +480,77 @@ def _matches_formula(ctx: _Context) -> bool:
     return bool(np.all(reference[ctx.rows] <= tolerance[ctx.rows]))
 
 
-def _search(ctx: _Context, fitted_cache: dict, precision: str | None = None):
-    """The first explanation (fewest departures) that reproduces the table, or None."""
+def _search(ctx: _Context, fitted_cache: dict, precision: str | None = None, local: int = 0):
+    """The first explanation (fewest departures) that reproduces the table, or None.
+
+    Returns ``(explanation, freqs, positions, fitted, bad)``, ``bad`` being the rows it
+    does not reproduce: none, or with ``local`` at most that many rows (a localized
+    corruption in a table the explanation otherwise fits).
+    """
     width = ctx.table.shape[1]
     rows = ctx.rows
     sample = rows[_sample(len(rows))]
+    spacing = ctx.asked.frequency
+    if local:
+        local = min(local, len(rows) // LOCAL_SHARE)
+        if local == 0:
+            return None
     for explanation in _explanations(ctx):
         key = (explanation.layout, explanation.swapped, explanation.lone)
-        fitted = None
+        bases = [None]
         if explanation.frequency == "fitted":
             if key not in fitted_cache:
-                fitted_cache[key] = _fitted_base(ctx.table[rows[:FIT_ROWS]], *key)
-            fitted = fitted_cache[key]
-            if fitted is None or _is_named_base(fitted, ctx.base, width, explanation.lone):
-                continue
-        freqs = _frequencies(explanation.frequency, width, ctx.base, fitted, explanation.lone)
-        if explanation.positions == "scaled":
-            candidates = _scaled(ctx, explanation, freqs, sample)
-        else:
-            shift = None
-            if explanation.positions in ("shifted", "constant"):
-                row = ctx.table[sample[:1]]
-                estimate = estimate_position(
-                    _phases(row, explanation.layout, explanation.swapped, explanation.lone)[0],
-                    freqs,
+                fit = rows[:FIT_ROWS]
+                fitted_cache[key] = _fitted_base(ctx.table[fit], ctx.positions[fit], *key, spacing)
+            if ("bases", key) not in fitted_cache:
+                fitted = fitted_cache[key]
+                fitted_cache["bases", key] = (
+                    []
+                    if fitted is None
+                    else [b for b in _round_bases(fitted) if not _is_named_base(b, ctx, key[2])]
                 )
-                if estimate is None or abs(estimate) > MAX_POSITION:
+            bases = fitted_cache["bases", key]
+        for fitted in bases:
+            freqs = _frequencies(
+                explanation.frequency, width, ctx.base, fitted, explanation.lone, spacing
+            )
+            for positions in _candidates(ctx, explanation, freqs, sample, fitted_cache):
+                if _bad_rows(ctx, explanation, freqs, positions, sample, precision, local) is None:
                     continue
-                shift = float(round(estimate))
-                if explanation.positions == "shifted":
-                    shift = float(round(estimate - ctx.positions[sample[0]]))
-            candidates = [_positions(explanation.positions, ctx, shift)]
-        for positions in candidates:
-            if positions is None:
-                continue
-            if _compare(ctx, explanation, freqs, positions, sample, precision) and _compare(
-                ctx, explanation, freqs, positions, rows, precision
-            ):
-                return explanation, freqs, positions, fitted
+                bad = _bad_rows(ctx, explanation, freqs, positions, rows, precision, local)
+                if bad is not None:
+                    return explanation, freqs, positions, fitted, bad
     return None
 
 
-def _is_named_base(fitted: float, base: float, width: int, lone: str = "sine") -> bool:
-    """True when a fitted base is one another frequency model already names."""
-    if lone == "zero" and width % 2:
-        width -= 1
-    named = [base, base**2, math.sqrt(base)]
-    if width >= 4:
-        named.append(base ** (width / (2 * max(width // 2 - 1, 1))))
-    named.append(base ** (width / (width + 1)))
-    return any(abs(math.log(fitted / b)) < 1e-6 for b in named if b > 0)
+def _candidates(ctx: _Context, explanation: Explanation, freqs, sample, cache) -> list:
+    """The positions of the rows that a position model offers, to be compared."""
+    if explanation.positions == "scaled":
+        return _scaled(ctx, explanation, freqs, sample, cache)
+    shift = None
+    if explanation.positions in ("shifted", "constant"):
+        estimate = _estimates(ctx, explanation, freqs, sample, cache)[0]
+        if not np.isfinite(estimate) or abs(estimate) > MAX_POSITION:
+            return []
+        shift = float(round(estimate))
+        if explanation.positions == "shifted":
+            shift = float(round(estimate - ctx.positions[sample[0]]))
+    positions = _positions(explanation.positions, ctx, shift)
+    return [] if positions is None else [positions]
+
+
+def _is_named_base(fitted: float, ctx: _Context, lone: str = "sine") -> bool:
+    """True when a fitted base gives the frequencies another frequency model names."""
+    width = ctx.table.shape[1]
+    spacing = ctx.asked.frequency
+    mine = _frequencies("fitted", width, ctx.base, fitted, lone, spacing)
+    for model in FREQUENCY_MODELS[:-1]:
+        if model == "wider" and lone == "zero":
+            continue
+        theirs = _frequencies(model, width, ctx.base, None, lone, spacing)
+        if np.allclose(mine, theirs, rtol=1e-4, atol=0):
+            return True
+    return False
 
 
 def _describe(explanation: Explanation, ctx: _Context, positions, fitted) -> list[str]:
@@ -413,7 +581,7 @@ def _describe(explanation: Explanation, ctx: _Context, positions, fitted) -> lis
         )
     first = ctx.rows[0]
     if explanation.positions == "shifted":
-        findings.append(shift_finding(positions[first], ctx.positions[first]))
+        findings.append(_shift_finding(positions[first], ctx.positions[first]))
     elif explanation.positions == "scaled":
         step = (positions[-1] - positions[0]) / (ctx.positions[-1] - ctx.positions[0])
         findings.append(
@@ -443,13 +611,14 @@ def _describe(explanation: Explanation, ctx: _Context, positions, fitted) -> lis
     if width % 2 and explanation.lone == "sine" and asked.lone == "zero":
         findings.append(
             "the last column is the sine of one more pair, not the zero column that "
-            "tensor2tensor's spacing pads an odd d_model with"
+            "tensor2tensor's spacing or odd_column='zero' declares for an odd d_model; "
+            "declare odd_column='sine' if that is the convention"
         )
     if width % 2 and explanation.lone == "zero" and asked.lone == "sine":
         findings.append(
             f"the last column is all zeros: the table of width {width - 1} with a zero "
             f"column added for an odd d_model (fairseq, tensor2tensor, diffusers), not "
-            f"the sine of one more pair"
+            f"the sine of one more pair; declare odd_column='zero' if that is the convention"
         )
     return findings
 
@@ -499,32 +668,97 @@ def _frequency_finding(
     )
 
 
+def _shift_finding(begins: float, declared: float) -> str:
+    """The sentence for rows at other positions than declared, a shift of one told by
+    its direction (a start of -1 is not "positions counted from 1")."""
+    shift = begins - declared
+    if abs(shift) != 1:
+        return shift_finding(begins, declared)
+    early = "early" if shift < 0 else "late"
+    return (
+        f"rows start at position {number(begins)}, not {number(declared)}: an off-by-one, "
+        f"every row one position {early} (positions counted from {number(begins)} where "
+        f"{number(declared)} was meant, or a {'+' if shift < 0 else '-'}1 missing "
+        f"from the position index)"
+    )
+
+
+def _localized(ctx: _Context, explanation, freqs, positions, bad) -> list[str]:
+    """One finding per row that the explanation fits everywhere else."""
+    findings = []
+    width = ctx.table.shape[1]
+    for row in bad:
+        r = int(row)
+        if r > 0 and np.array_equal(ctx.table[r], ctx.table[r - 1]):
+            findings.append(
+                f"row {r} repeats row {r - 1} (position {number(ctx.positions[r])} holds the "
+                f"values of position {number(ctx.positions[r - 1])}): a row copied over its "
+                f"neighbour, or a position index that did not advance; the rest of the table "
+                f"is right"
+            )
+            continue
+        predicted, _ = _build(positions[[r]], width, explanation, freqs)
+        error = np.abs(ctx.table[r] - predicted[0])
+        tolerance = _tolerance(ctx.dtype, np.abs(positions[[r]]), ctx.atol, ctx.stored)[0]
+        columns = np.flatnonzero(error > tolerance)
+        worst = int(columns[np.argmax(error[columns])]) if len(columns) else 0
+        where = (
+            f"column {worst} differs by {error[worst]:.2g}"
+            if len(columns) == 1
+            else f"{len(columns)} columns differ, by up to {error[worst]:.2g} (column {worst})"
+        )
+        findings.append(
+            f"row {r} (position {number(ctx.positions[r])}), {where} from the formula, "
+            f"while every other row is right: a localized corruption (an entry overwritten "
+            f"or edited), not a rounding"
+        )
+    return findings
+
+
 def _close(a: float, b: float) -> bool:
     return abs(math.log(a / b)) < 1e-6
 
 
 def _errors(ctx: _Context, explanation: Explanation, freqs, positions):
-    """Error and angle size of every entry of the rows that take part, under an explanation."""
+    """Error and angle size of every entry of up to ERROR_ROWS rows that take part (evenly
+    spread, the first and last among them), under an explanation, and those rows."""
     rows = ctx.rows
+    if len(rows) > ERROR_ROWS:
+        rows = rows[np.linspace(0, len(rows) - 1, ERROR_ROWS).round().astype(np.int64)]
     predicted, sizes = _build(positions[rows], ctx.table.shape[1], explanation, freqs)
-    return np.abs(ctx.table[rows] - predicted), sizes
+    return np.abs(ctx.table[rows] - predicted), sizes, rows
 
 
-def _precision(ctx: _Context, error, positions, name: str) -> str:
+def _worst(ctx: _Context, explanation: Explanation, freqs, positions) -> tuple[float, int, int]:
+    """The largest error over all rows that take part, its row and its column."""
+    errors = np.concatenate(
+        [
+            _row_errors(ctx.table[block], positions[block], explanation, freqs)
+            for block in np.array_split(ctx.rows, max(1, len(ctx.rows) // BLOCK_ROWS))
+        ]
+    )
+    row = int(ctx.rows[np.argmax(errors)])
+    predicted, _ = _build(positions[[row]], ctx.table.shape[1], explanation, freqs, sized=False)
+    error = np.abs(ctx.table[row] - predicted[0])
+    column = int(np.argmax(error))
+    return float(error[column]), row, column
+
+
+def _precision(ctx: _Context, worst, positions, name: str) -> str:
     """The finding for angles computed in the format ``name``: where the error is worst."""
-    row, column = np.unravel_index(np.argmax(error), error.shape)
+    error, row, column = worst
     return (
-        f"errors grow with the angle {growth_rate(name)}, up to {error[row, column]:.2g} at "
-        f"position {number(positions[ctx.rows][row])} (column {column}): looks like angles "
+        f"errors grow with the angle {growth_rate(name)}, up to {error:.2g} at "
+        f"position {number(positions[row])} (column {column}): looks like angles "
         f"computed in {name}"
     )
 
 
-def _storage(error, name: str) -> str:
+def _storage(worst, name: str) -> str:
     """The finding for a table rounded to the format ``name`` when it was stored."""
     return (
         f"every value lies on the {name} grid and the table is within {name}'s rounding "
-        f"of the formula (largest error {error.max():.2g}): the "
+        f"of the formula (largest error {worst[0]:.2g}): the "
         f"table was stored in {name} and converted back, a storage rounding, not an error "
         f"in the angles; declare stored_dtype={name!r}"
     )
@@ -532,12 +766,12 @@ def _storage(error, name: str) -> str:
 
 def _unexplained(ctx: _Context) -> str:
     """The finding for a table of sine-cosine pairs that no explanation reproduces."""
-    freqs = _frequencies(ctx.asked.frequency, ctx.table.shape[1], ctx.base, None, ctx.asked.lone)
-    error, _sizes = _errors(ctx, ctx.asked, freqs, ctx.positions)
-    row, column = np.unravel_index(np.argmax(error), error.shape)
+    asked = ctx.asked
+    freqs = _frequencies(asked.frequency, ctx.table.shape[1], ctx.base, None, asked.lone)
+    error, row, column = _worst(ctx, asked, freqs, ctx.positions)
     return (
         f"the table is made of sine-cosine pairs but differs from what was declared by up "
-        f"to {error[row, column]:.2g} (position {number(ctx.positions[ctx.rows][row])}, column "
+        f"to {error:.2g} (position {number(ctx.positions[row])}, column "
         f"{column}); the error is not a storage grid and does not grow with the angle, and "
         f"no known bug explains it"
     )
@@ -545,7 +779,7 @@ def _unexplained(ctx: _Context) -> str:
 
 def _not_pairs(ctx: _Context) -> list[str]:
     """Findings for a table whose columns do not form sine-cosine pairs."""
-    values = ctx.table[ctx.rows]
+    values = _taking_part(ctx)
     mean, std = float(values.mean()), float(values.std())
     sin_cols, cos_cols = _pair_columns(values.shape[1], ctx.layout)
     norms = values[:, sin_cols] ** 2 + values[:, cos_cols] ** 2
@@ -573,33 +807,47 @@ def _column_exponent(ctx: _Context) -> bool:
     if width < 4 or ctx.layout != "interleaved":
         return False
     column = np.arange(width)
-    positions = ctx.positions[ctx.rows]
-    angle = positions[:, None] * ctx.base ** (-2 * column / width)
-    predicted = np.where(column % 2 == 0, np.sin(angle), np.cos(angle))
-    tolerance = _tolerance(ctx.dtype, positions, ctx.atol, ctx.stored)[:, None]
-    return bool(np.all(np.abs(ctx.table[ctx.rows] - predicted) <= tolerance))
+    for rows in (ctx.rows[_sample(len(ctx.rows))], ctx.rows):  # a sample first: fast "no"
+        positions = ctx.positions[rows]
+        angle = positions[:, None] * ctx.base ** (-2 * column / width)
+        predicted = np.where(column % 2 == 0, np.sin(angle), np.cos(angle))
+        tolerance = _tolerance(ctx.dtype, positions, ctx.atol, ctx.stored)[:, None]
+        if not np.all(np.abs(ctx.table[rows] - predicted) <= tolerance):
+            return False
+    return True
 
 
-def _made_of_pairs(values: np.ndarray) -> bool:
-    """Whether some layout makes every column pair a point of the unit circle."""
+def _made_of_pairs(values: np.ndarray, sampled: bool = False) -> bool:
+    """Whether some layout makes every column pair a point of the unit circle (in the
+    rows of :func:`_sample` only, when ``sampled``)."""
     width = values.shape[1]
+    sample = values[_sample(len(values))]
     for layout, lone in itertools.product(LAYOUTS, LONE_COLUMNS):
         sine, cosine = _pair_columns(width, layout, lone)
-        norms = values[:, sine] ** 2 + values[:, cosine] ** 2
-        if np.all(np.abs(norms - 1) <= PAIR_NORM):
+        if all(
+            np.all(np.abs(part[:, sine] ** 2 + part[:, cosine] ** 2 - 1) <= PAIR_NORM)
+            for part in ((sample,) if sampled else (sample, values))  # a fast "no" first
+        ):
             return True
     return False
 
 
 def _scale(values: np.ndarray, layout: str) -> float | None:
     """The common norm of every sine-cosine pair if they share one other than 1."""
+    sample = values[_sample(len(values))]
     for candidate in (layout, *[other for other in LAYOUTS if other != layout]):
         sin_cols, cos_cols = _pair_columns(values.shape[1], candidate)
         if len(sin_cols) == 0:
             return None
-        norms = np.sqrt(values[:, sin_cols] ** 2 + values[:, cos_cols] ** 2)
-        scale = float(np.median(norms))
-        if scale > 0 and np.all(np.abs(norms / scale - 1) < 1e-3) and abs(scale - 1) > 1e-3:
+        scale = None
+        for part in (sample, values):  # a sample first: a fast "no"
+            norms = np.sqrt(part[:, sin_cols] ** 2 + part[:, cos_cols] ** 2)
+            scale = scale or float(np.median(norms))
+            if not (scale > 0 and np.all(np.abs(norms / scale - 1) < 1e-3)):
+                break
+            if abs(scale - 1) <= 1e-3:
+                return None
+        else:
             return scale
     return None
 
@@ -613,6 +861,7 @@ def check_sinusoidal_table(
     layout="interleaved",
     spacing="paper",
     first="sin",
+    odd_column=None,
     padding_idx=None,
     stored_dtype=None,
     atol=None,
@@ -621,16 +870,21 @@ def check_sinusoidal_table(
     name the likely bugs.
 
     ``table`` is ``(length, d_model)``: a NumPy array or a torch tensor (any device,
-    any float dtype, with or without ``requires_grad``). Row ``r`` should be position
-    ``start + r`` (``start`` may be negative, as for relative offsets), or
-    ``positions[r]`` when ``positions`` (1-D, one per row, fractional allowed) is
-    given instead. The conventions are declared in the table's own terms:
+    any float dtype, with or without ``requires_grad``); axes of size 1 are dropped, so
+    a ``(length, 1, d_model)`` or ``(1, length, d_model)`` buffer is checked as it is
+    registered, and a ``(d_model, length)`` table is named as transposed. Row ``r``
+    should be position ``start + r`` (``start`` may be negative, as for relative
+    offsets), or ``positions[r]`` when ``positions`` (1-D, one per row, fractional
+    allowed) is given instead. The conventions are declared in the table's own terms:
 
     - ``layout``: ``"interleaved"`` (sin, cos, sin, cos, ...) or ``"concat"`` (all
       sines, then all cosines);
     - ``spacing``: ``"paper"`` (``base**(-2i/d_model)``) or ``"tensor2tensor"``
       (``base**(-i/(d_model/2 - 1))``, the lowest frequency exactly ``1/base``);
     - ``first``: ``"sin"`` or ``"cos"``, which of the two comes first in each pair;
+    - ``odd_column``: for an odd ``d_model``, ``"sine"`` (the sine of one more pair) or
+      ``"zero"`` (the even table with a zero column added); by default ``"zero"`` with
+      tensor2tensor's spacing and ``"sine"`` with the paper's;
     - ``padding_idx``: a row that must be all zeros (fairseq, M2M100);
     - ``stored_dtype``: ``"float32"``, ``"float16"`` or ``"bfloat16"`` (or
       ``"float64"``), the precision the table was stored in before it was converted
@@ -644,19 +898,36 @@ def check_sinusoidal_table(
     ``MAX_TOLERANCE`` (0.01), plus the rounding of ``stored_dtype``.
     """
     array, dtype = _validation.floating_array_or_tensor("table", table)
+    while array.ndim > 2 and 1 in array.shape:
+        array = array.reshape([n for k, n in enumerate(array.shape) if k != array.shape.index(1)])
     if array.ndim != 2:
         raise ValueError(f"table must be 2-D (length, d_model), got shape {array.shape}")
-    length = array.shape[0]
-    base = _validation.positive_finite("base", base)
-    layout = _validation.choice("layout", layout, LAYOUTS)
-    spacing = _validation.choice("spacing", spacing, SPACINGS)
-    first = _validation.choice("first", first, FIRSTS)
-    declared = _validation.positions_or_start(start, positions, length, bound=MAX_POSITION)
+    findings = []
+    count = None if positions is None else np.shape(positions)[0] if np.ndim(positions) else None
+    if (
+        count is not None
+        and count == array.shape[1] != array.shape[0]
+        and np.all(np.isfinite(array))
+        and _made_of_pairs(array.T.astype(np.float64))
+        and not _made_of_pairs(array.astype(np.float64))
+    ):
+        findings.append(_transposed_finding(array.shape))
+        array = array.T
+    declaration = {
+        "base": _validation.positive_finite("base", base),
+        "layout": _validation.choice("layout", layout, LAYOUTS),
+        "spacing": _validation.choice("spacing", spacing, SPACINGS),
+        "first": _validation.choice("first", first, FIRSTS),
+        "odd_column": None
+        if odd_column is None
+        else _validation.choice("odd_column", odd_column, LONE_COLUMNS),
+    }
     if padding_idx is not None:
         padding_idx = _validation.integer("padding_idx", padding_idx, minimum=0)
-        if padding_idx >= max(length, 1):
+        if padding_idx >= max(array.shape[0], 1):
             raise ValueError(
-                f"padding_idx must be a row of the table, in [0, {length - 1}], got {padding_idx}"
+                f"padding_idx must be a row of the table, in [0, {array.shape[0] - 1}], "
+                f"got {padding_idx}"
             )
     stored = 0.0
     if stored_dtype is not None:
@@ -664,35 +935,83 @@ def check_sinusoidal_table(
         stored = STORAGE[_validation.choice("stored_dtype", str(name), tuple(STORAGE))]
     if atol is not None:
         atol = _validation.positive_finite("atol", atol)
+    declared = _validation.positions_or_start(start, positions, array.shape[0], bound=MAX_POSITION)
     if array.size == 0:
-        return []
+        return findings
     values = array.astype(np.float64)
     if not np.all(np.isfinite(values)):
         bad = np.argwhere(~np.isfinite(values))
         return [
+            *findings,
             f"{len(bad)} entries are not finite, the first at row {bad[0][0]}, column "
-            f"{bad[0][1]}: overflow or a division by zero in the angles?"
+            f"{bad[0][1]}: overflow or a division by zero in the angles?",
         ]
-    width = values.shape[1]
+    arguments = (dtype, declaration, declared, padding_idx, stored, atol)
+    found = _check(values, *arguments)
+    if not findings and _untransposed(found):
+        again = _transposed(values, positions, start, *arguments)
+        if again is not None:
+            return [_transposed_finding(values.shape), *again]
+    return findings + found
+
+
+def _transposed(values, positions, start, dtype, declaration, declared, padding_idx, stored, atol):
+    """The findings for ``values.T`` when that is a sinusoidal table (its columns,
+    the zero ones left out, are sine-cosine pairs and some explanation fits), or None."""
+    probe = values[:, _sample(values.shape[1])].T  # some columns, the zero ones left out
+    probe = probe[np.any(probe != 0, axis=1)]
+    if len(probe) == 0 or not _made_of_pairs(probe, sampled=True):
+        return None
+    if positions is None:
+        transposed = _validation.positions_or_start(
+            start, None, values.shape[1], bound=MAX_POSITION
+        )
+    elif len(declared) == values.shape[1]:
+        transposed = declared
+    else:
+        return None
+    if padding_idx is not None and padding_idx >= values.shape[1]:
+        return None
+    rows = np.ascontiguousarray(values.T)
+    again = _check(rows, dtype, declaration, transposed, padding_idx, stored, atol)
+    return None if _untransposed(again) else again
+
+
+def _transposed_finding(shape) -> str:
+    return (
+        f"the table is (d_model, length) = {tuple(shape)}: transposed; its columns are the "
+        f"positions, pass table.T (or index the table as table[position], not table[:, position])"
+    )
+
+
+def _untransposed(findings: list[str]) -> bool:
+    """Whether findings say the table is no sinusoidal table as it stands."""
+    return any("not sine-cosine pairs" in f or "no known bug explains" in f for f in findings)
+
+
+def _check(values, dtype, declaration, declared, padding_idx, stored, atol) -> list[str]:
+    """The findings for a finite 2-D float64 table under a validated declaration."""
+    length, width = values.shape
+    layout, spacing = declaration["layout"], declaration["spacing"]
     # tensor2tensor's spacing comes with its zero column for an odd width (fairseq,
     # M2M100); the paper's with the sine of one more pair (posenc.sinusoidal)
-    lone = "zero" if spacing == "tensor2tensor" else "sine"
-    asked = Explanation(layout, first == "cos", spacing, "given", lone)
+    lone = declaration["odd_column"] or ("zero" if spacing == "tensor2tensor" else "sine")
+    asked = Explanation(layout, declaration["first"] == "cos", spacing, "given", lone)
+    base = declaration["base"]
     ctx = _Context(values, dtype, base, declared, asked, atol, np.arange(length), stored)
     findings = []
     if padding_idx is not None:
-        if np.all(values[padding_idx] == 0):
-            ctx = ctx._replace(rows=ctx.rows[ctx.rows != padding_idx])
-        else:
+        if not np.all(values[padding_idx] == 0):
             findings.append(
                 f"row {padding_idx} (padding_idx) is not all zeros: the padding row was "
                 f"not zeroed, or padding_idx is another row"
             )
-            ctx = ctx._replace(rows=ctx.rows[ctx.rows != padding_idx])
+        ctx = ctx._replace(rows=ctx.rows[ctx.rows != padding_idx])
     if len(ctx.rows) == 0 or _matches_formula(ctx):
         return findings
     zero = np.all(values == 0, axis=1)
-    zero[[r for r in range(length) if r not in set(ctx.rows.tolist())]] = False
+    if padding_idx is not None:
+        zero[padding_idx] = False
     if zero[ctx.rows].all():
         return [
             *findings,
@@ -705,8 +1024,8 @@ def check_sinusoidal_table(
             f"{'are' if len(listed) > 1 else 'is'} all zeros: looks like a padding row "
             f"of an embedding (declare it with padding_idx=)"
         )
-        ctx = ctx._replace(rows=np.array([r for r in ctx.rows if not zero[r]]))
-    scale = _scale(values[ctx.rows], layout)
+        ctx = ctx._replace(rows=ctx.rows[~zero[ctx.rows]])
+    scale = _scale(_taking_part(ctx), layout)
     if scale is not None:
         findings.append(f"every sine-cosine pair has norm {scale:.6g}, not 1: the table is scaled")
         ctx = ctx._replace(table=values / scale)
@@ -718,31 +1037,69 @@ def check_sinusoidal_table(
             "for the cosine"
         )
         return findings
-    if not _made_of_pairs(ctx.table[ctx.rows]):
+    # the sampled rows decide whether to search; a table that only some rows keep from
+    # being pairs is told from its explanation (localized) or, failing one, below
+    if not _made_of_pairs(_taking_part(ctx), sampled=True):
         return findings + _not_pairs(ctx)
+    explained = _explain(ctx)
+    if _untransposed(explained) and not _made_of_pairs(_taking_part(ctx)):
+        return findings + _not_pairs(ctx)
+    return findings + explained
+
+
+def _explain(ctx: _Context) -> list[str]:
+    """The findings for a table of sine-cosine pairs that differs from its declaration.
+
+    In order: an explanation that reproduces every row; one that reproduces all but a
+    few rows (a localized corruption, each such row named); storage in a coarser
+    format; angles computed in a narrow format; else an unexplained deviation.
+    """
     fitted_cache: dict = {}  # the base fitted for each way of reading the columns
     found = _search(ctx, fitted_cache)
     if found is not None:
-        explanation, freqs, positions_found, fitted = found
-        return findings + _describe(explanation, ctx, positions_found, fitted)
+        explanation, _freqs, positions, fitted, _bad = found
+        return _describe(explanation, ctx, positions, fitted)
+    found = _search(ctx, fitted_cache, local=LOCAL_ROWS)
+    if found is not None:
+        explanation, freqs, positions, fitted, bad = found
+        described = _describe(explanation, ctx, positions, fitted)
+        return described + _localized(ctx, explanation, freqs, positions, bad)
     # Storage: every value on a coarser grid, and the table within that grid's rounding.
-    for name in on_grid(ctx.table[ctx.rows], dtype):
+    sample = ctx.table[ctx.rows[_sample(len(ctx.rows))]]
+    grids = on_grid(sample, ctx.dtype)  # a sample first: a fast "no"
+    if grids:
+        grids = [name for name in on_grid(_taking_part(ctx), ctx.dtype) if name in grids]
+    for name in grids:
         stored_ctx = ctx._replace(stored=max(ctx.stored, STORAGE[name]))
         found = _search(stored_ctx, fitted_cache)
         if found is not None:
-            explanation, freqs, positions_found, fitted = found
-            error, _ = _errors(stored_ctx, explanation, freqs, positions_found)
-            described = _describe(explanation, stored_ctx, positions_found, fitted)
-            return findings + described + [_storage(error, name)]
-    # Arithmetic: angles computed in a narrow format, seen growing with the angle.
+            explanation, freqs, positions, fitted, _bad = found
+            worst = _worst(stored_ctx, explanation, freqs, positions)
+            described = _describe(explanation, stored_ctx, positions, fitted)
+            return [*described, _storage(worst, name)]
+    # Arithmetic: angles computed in a narrow format, the error widespread and growing
+    # with the angle at about the rate that format's rounding makes it grow.
     for name in PRECISIONS:
         found = _search(ctx, fitted_cache, name)
         if found is None:
             continue
-        explanation, freqs, positions_found, fitted = found
-        error, sizes = _errors(ctx, explanation, freqs, positions_found)
-        if growth(error, sizes) is not None:
-            described = _describe(explanation, ctx, positions_found, fitted)
-            return findings + described + [_precision(ctx, error, positions_found, name)]
+        explanation, freqs, positions, fitted, _bad = found
+        error, sizes, rows = _errors(ctx, explanation, freqs, positions)
+        if _arithmetic(ctx, error, sizes, positions[rows], name):
+            described = _describe(explanation, ctx, positions, fitted)
+            worst = _worst(ctx, explanation, freqs, positions)
+            return [*described, _precision(ctx, worst, positions, name)]
         break  # the first precision that fits shows no growth: not arithmetic
-    return [*findings, _unexplained(ctx)]
+    return [_unexplained(ctx)]
+
+
+def _arithmetic(ctx: _Context, error, sizes, positions, name: str) -> bool:
+    """Whether errors look like angles computed in ``name``: off the tolerance in at
+    least WIDESPREAD of the rows, growing with the angle, and at a slope within
+    SLOPE_FACTOR of what that format's rounding gives."""
+    tolerance = _tolerance(ctx.dtype, np.abs(positions), ctx.atol, ctx.stored)
+    off = np.mean(np.any(error > tolerance[:, None], axis=1))
+    slope = growth(error, sizes)
+    if slope is None or off < WIDESPREAD:
+        return False
+    return PRECISIONS[name] / SLOPE_FACTOR <= slope <= ANGLE_ROUNDINGS * PRECISIONS[name]
