@@ -36,8 +36,8 @@ def corruptions(spec: CacheSpec):
     of ``spec`` that applies to it; the phrase is None for the correct cache."""
     good = build(spec)
     yield "correct", None, *_with(good)
-    yield "start +1", "off-by-one", *_with(build(spec, shift=1))
-    yield "start -1", "off-by-one", *_with(build(spec, shift=-1))
+    yield "start +1", "one position late", *_with(build(spec, shift=1))
+    yield "start -1", "one position early", *_with(build(spec, shift=-1))
     if not spec.positions:
         if spec.start == 0:
             yield "KV-cache offset", "KV-cache offset", *_with(good, start=100)

@@ -42,7 +42,12 @@ def shift_finding(begins: float, declared: float) -> str:
     if shift == 2:
         why = "looks like fairseq's or M2M100's numbering, which starts at padding_idx + 1 = 2"
     elif abs(shift) == 1:
-        why = "an off-by-one: positions counted from 1, or from 0 where 1 was meant"
+        # told by its direction: a start of -1 is not "positions counted from 1"
+        why = (
+            f"an off-by-one, every row one position {'early' if shift < 0 else 'late'} "
+            f"(positions counted from {number(begins)} where {number(declared)} was meant, "
+            f"or a {'+' if shift < 0 else '-'}1 missing from the position index)"
+        )
     else:
         why = f"the positions are shifted by {number(shift)} (a start offset added or forgotten?)"
     return f"rows start at position {number(begins)}, not {number(declared)}: {why}"

@@ -581,7 +581,7 @@ def _describe(explanation: Explanation, ctx: _Context, positions, fitted) -> lis
         )
     first = ctx.rows[0]
     if explanation.positions == "shifted":
-        findings.append(_shift_finding(positions[first], ctx.positions[first]))
+        findings.append(shift_finding(positions[first], ctx.positions[first]))
     elif explanation.positions == "scaled":
         step = (positions[-1] - positions[0]) / (ctx.positions[-1] - ctx.positions[0])
         findings.append(
@@ -665,21 +665,6 @@ def _frequency_finding(
         f"frequencies fit base = {fitted:.6g}, not {base:.6g}: declare base={fitted:.6g} "
         f"if the model uses it (diffusers' max_period, for instance){typo}; otherwise a "
         f"wrong base"
-    )
-
-
-def _shift_finding(begins: float, declared: float) -> str:
-    """The sentence for rows at other positions than declared, a shift of one told by
-    its direction (a start of -1 is not "positions counted from 1")."""
-    shift = begins - declared
-    if abs(shift) != 1:
-        return shift_finding(begins, declared)
-    early = "early" if shift < 0 else "late"
-    return (
-        f"rows start at position {number(begins)}, not {number(declared)}: an off-by-one, "
-        f"every row one position {early} (positions counted from {number(begins)} where "
-        f"{number(declared)} was meant, or a {'+' if shift < 0 else '-'}1 missing "
-        f"from the position index)"
     )
 
 
