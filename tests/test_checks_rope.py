@@ -13,6 +13,7 @@ from posenc import museum
 from posenc.checks import check_rope_cache
 from posenc.checks.rope import check_rope_cache as same
 from posenc.long_context import scaled_frequencies
+from posenc.real_caches import build, real_caches
 
 
 def cache(
@@ -263,3 +264,19 @@ def test_a_mistake_in_a_cache_with_float32_angles_is_named_with_a_note():
     findings = check_rope_cache(cos, sin)
     only(findings, "off-by-one", "float32 rounding")
     only(check_rope_cache(cos, sin, allow="float32_angles"), "off-by-one")
+
+
+@pytest.mark.parametrize("row", [7, 300, 500])
+def test_one_entry_corrupted_far_out_in_float32_angles_is_local_not_float16(row):
+    # Without allow=, float32 angles (as Hugging Face computes them) put many entries
+    # past the tolerance far out; the one bad entry must still be named as such, not
+    # read as float16 arithmetic.
+    llama = next(build(s) for s in real_caches() if s.name == "hf default d128 1e4")
+    strict = {k: v for k, v in llama.declared.items() if k != "allow"}
+    cos = llama.cos.copy()
+    cos[..., row, 5] += 0.02
+    findings = check_rope_cache(cos, llama.sin, **strict)
+    assert len(findings) == 2, findings
+    assert f"row {row} (position {row}), column 5 differs by 0.02" in findings[0]
+    assert "allow=('float32_angles',)" in findings[1]
+    assert not any("float16" in f for f in findings)

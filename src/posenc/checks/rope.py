@@ -59,6 +59,8 @@ BASE_FACTORS = (10.0, 0.1, 100.0, 0.01, 1000.0, 0.001)
 # At most this many entries (and 1% of them), in at most LOCAL_ROWS rows, are a local
 # corruption rather than a wrong convention.
 LOCAL_ENTRIES = 8
+# Angles computed in a narrow format leave errors in at least this fraction of the rows.
+WIDESPREAD = 0.05
 LOCAL_ROWS = 2
 # Rows tried first (evenly spaced, first and last included) before a whole cache is.
 SAMPLE_ROWS = 64
@@ -456,16 +458,22 @@ def _explain(cache: _Cache, declared, expected, base, d, frequencies, log_base) 
     shifted = _shift(cache, declared, expected)
     if shifted is not None:
         return [shifted]
-    # Angles computed in a narrow format: the declared frequencies, an error that grows.
+    # Angles computed in a narrow format: the declared frequencies, an error that grows,
+    # and widespread: in many rows beyond what the next finer format's angles can cost
+    # (one corrupted entry in a float32-angle cache is not float16 arithmetic).
+    finer = None
     for name in PRECISIONS:
         extra = log_base if name == "float32" else 0.0
         if cache.fits(declared, expected, name, extra):
             error, angles = cache.errors(declared, expected)
+            beyond = error > cache.allowed(angles, finer, log_base if finer == "float32" else 0.0)
+            widespread = beyond.any(axis=1).mean() >= WIDESPREAD
             slope = growth(error, np.abs(angles))
-            if slope is not None and slope >= PRECISIONS[name] / 16:
+            if widespread and slope is not None and slope >= PRECISIONS[name] / 16:
                 row = int(np.argmax(error.max(axis=1)))
+                rate = growth_rate(name, ANGLE_ROUNDINGS + extra)
                 return [
-                    f"errors grow with the position {growth_rate(name)}, up to "
+                    f"errors grow with the position {rate}, up to "
                     f"{error.max():.2g} at position {number(declared[row])}: looks like "
                     f"angles computed in {name} (positions times frequencies in {name}, as "
                     f"torch code that builds the cache in the model's dtype does); compute "
@@ -473,6 +481,7 @@ def _explain(cache: _Cache, declared, expected, base, d, frequencies, log_base) 
                     + (", or declare allow=('float32_angles',)" if name == "float32" else "")
                 ]
             break
+        finer = name
     found = _frequency_findings(cache, declared, expected, base, d, frequencies, log_base)
     if found is not None:
         return found

@@ -50,12 +50,13 @@ def growth(error: np.ndarray, sizes: np.ndarray) -> float | None:
     return float(np.sum(top * reach) / np.sum(reach * reach))
 
 
-def growth_rate(name: str) -> str:
+def growth_rate(name: str, roundings: float = ANGLE_ROUNDINGS) -> str:
     """How errors grow when angles are computed in the format ``name``: the bound the
-    explanation was checked against, never the fitted slope, whose digits depend on the
-    machine that built the table (a libm or SIMD kernel one ulp apart moves them)."""
+    explanation was checked against (``roundings`` units of rounding per radian), never
+    the fitted slope, whose digits depend on the machine that built the table (a libm or
+    SIMD kernel one ulp apart moves them)."""
     return (
-        f"as rounding angles to {name} does (at most {ANGLE_ROUNDINGS} roundings "
+        f"as rounding angles to {name} does (at most {roundings:.3g} roundings "
         f"of {PRECISIONS[name]:.2g} per radian)"
     )
 
