@@ -45,6 +45,9 @@ def corruptions(spec: CacheSpec):
             yield "KV-cache offset", "KV-cache offset", *_with(build(spec, shift=-spec.start))
     yield "cos/sin swapped", "swapped", good.sin, good.cos, good.declared
     yield "sin negated", "wrong sign", good.cos, -good.sin, good.declared
+    late = build(spec, shift=1)
+    yield "swapped and start +1", "swapped", late.sin, late.cos, good.declared
+    yield "negated and start +1", "wrong sign", late.cos, -late.sin, good.declared
     if _plain(spec):
         times_ten = build(spec, base=spec.base * 10)
         yield "base x10", "10 times the declared base", *_with(times_ten)

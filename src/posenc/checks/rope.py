@@ -59,6 +59,14 @@ BASE_FACTORS = (10.0, 0.1, 100.0, 0.01, 1000.0, 0.001)
 # At most this many entries (and 1% of them), in at most LOCAL_ROWS rows, are a local
 # corruption rather than a wrong convention.
 LOCAL_ENTRIES = 8
+SWAPPED = (
+    "cos and sin are swapped: the array passed as cos holds the sines and the one "
+    "passed as sin the cosines; exchange them"
+)
+NEGATED = (
+    "sin has the wrong sign: the cache holds sin(-p * theta), a rotation the other "
+    "way (a sign slip in rotate_half or a conjugate); negate sin"
+)
 # Angles computed in a narrow format leave errors in at least this fraction of the rows.
 WIDESPREAD = 0.05
 LOCAL_ROWS = 2
@@ -446,18 +454,17 @@ def _explain(cache: _Cache, declared, expected, base, d, frequencies, log_base) 
     if local is not None:
         return local
     if cache.fits(declared, expected, swap=True):
-        return [
-            "cos and sin are swapped: the array passed as cos holds the sines and the one "
-            "passed as sin the cosines; exchange them"
-        ]
+        return [SWAPPED]
     if cache.fits(declared, expected, sign=-1.0):
-        return [
-            "sin has the wrong sign: the cache holds sin(-p * theta), a rotation the other "
-            "way (a sign slip in rotate_half or a conjugate); negate sin"
-        ]
+        return [NEGATED]
     shifted = _shift(cache, declared, expected)
     if shifted is not None:
         return [shifted]
+    # Two slips at once: cos and sin swapped or sin negated, and the positions shifted.
+    for swap, sign in ((True, 1.0), (False, -1.0), (True, -1.0)):
+        shifted = _shift(cache, declared, expected, swap=swap, sign=sign)
+        if shifted is not None:
+            return [*([SWAPPED] if swap else []), *([NEGATED] if sign < 0 else []), shifted]
     # Angles computed in a narrow format: the declared frequencies, an error that grows,
     # and widespread: in many rows beyond what the next finer format's angles can cost
     # (one corrupted entry in a float32-angle cache is not float16 arithmetic).
@@ -515,11 +522,14 @@ def _local(cache: _Cache, declared, expected) -> list[str] | None:
     ]
 
 
-def _shift(cache: _Cache, declared, expected) -> str | None:
-    """The finding for rows at positions shifted by a whole number, or None."""
-    phases = np.arctan2(cache.sin[0, : cache.pairs], cache.cos[0, : cache.pairs])
-    if cache.layout == "interleaved":
-        phases = np.arctan2(cache.sin[0, 0::2], cache.cos[0, 0::2])
+def _shift(cache: _Cache, declared, expected, *, swap=False, sign=1.0) -> str | None:
+    """The finding for rows at positions shifted by a whole number, or None (``swap``
+    and ``sign`` read the cache as cos and sin exchanged, or sin negated)."""
+    columns = slice(0, None, 2) if cache.layout == "interleaved" else slice(0, cache.pairs)
+    cos, sin = cache.cos[0, columns], cache.sin[0, columns]
+    if swap:
+        cos, sin = sin, cos
+    phases = np.arctan2(sign * sin, cos)
     candidates = [1.0, -1.0]
     begins = estimate_position(phases, expected)
     if begins is not None and abs(begins - declared[0]) < 2**40:
@@ -527,7 +537,7 @@ def _shift(cache: _Cache, declared, expected) -> str | None:
     if declared[0] != 0:
         candidates.append(-float(declared[0]))
     for shift in dict.fromkeys(candidates):
-        if shift == 0 or not cache.fits(declared + shift, expected):
+        if shift == 0 or not cache.fits(declared + shift, expected, swap=swap, sign=sign):
             continue
         first, meant = declared[0] + shift, declared[0]
         if first == 0 and meant > 0:
