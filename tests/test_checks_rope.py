@@ -280,3 +280,61 @@ def test_one_entry_corrupted_far_out_in_float32_angles_is_local_not_float16(row)
     assert f"row {row} (position {row}), column 5 differs by 0.02" in findings[0]
     assert "allow=('float32_angles',)" in findings[1]
     assert not any("float16" in f for f in findings)
+
+
+# ---- issue 37, round 2: misattributions a practitioner met -------------------------
+
+
+def _repeat_row(cos, sin, row):
+    cos, sin = cos.copy(), sin.copy()
+    cos[row:], sin[row:] = cos[row - 1 : -1].copy(), sin[row - 1 : -1].copy()
+    return cos, sin
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_a_repeated_position_id_is_named_not_bfloat16_angles(dtype):
+    cos, sin = _repeat_row(*cache(512, 128, dtype=dtype), 300)
+    only(check_rope_cache(cos, sin), "position 299 is repeated at row 300")
+    assert "1 position early" in check_rope_cache(cos, sin)[0]
+    dropped = [np.concatenate([x[:100], x[101:]]) for x in cache(513, 128, dtype=dtype)]
+    only(check_rope_cache(*dropped), "position 100 is skipped at row 100")
+
+
+def test_inv_freq_held_in_bfloat16_is_named_with_its_fix():
+    theta = museum.round_to_bfloat16(10000.0 ** (-np.arange(0, 128, 2) / 128))
+    cos, sin = cache(512, 128, freqs=theta.astype(np.float64))
+    only(check_rope_cache(cos, sin), "rounded to bfloat16")
+    assert "keep inv_freq in float32" in check_rope_cache(cos, sin)[0]
+    only(check_rope_cache(sin, cos), "swapped", "rounded to bfloat16")
+
+
+def test_undeclared_llama3_and_dynamic_ntk_are_named():
+    freqs, _ = scaled_frequencies(128, base=5e5, method="llama3", factor=8.0, original_length=8192)
+    angles = np.arange(0, 131072, 256)[:, None] * freqs[None, :]
+    cos, sin = (np.concatenate([f(angles)] * 2, 1) for f in (np.cos, np.sin))
+    grid = np.arange(0, 131072, 256)
+    only(check_rope_cache(cos, sin, base=5e5, positions=grid), "Llama 3 scaling")
+    only(check_rope_cache(cos, sin, base=5e5, positions=grid, frequencies=freqs))
+    grown = 10000 * (2.0 * 6000 / 4096 - 1) ** (128 / 126)
+    cos, sin = cache(600, 128, base=grown, dtype=np.float64)
+    only(check_rope_cache(cos, sin), "dynamic NTK scaling")
+
+
+def test_two_slips_at_once_are_both_named():
+    cos, sin = cache(256, 64, base=1e5)
+    only(check_rope_cache(sin, cos), "swapped", "10 times the declared base")
+    cos, sin = cache(256, 64, start=1, freqs=10000.0 ** (-np.arange(0, 64, 2) / 64) / 4)
+    only(check_rope_cache(cos, sin), "one position late", "position interpolation")
+
+
+def test_small_noise_is_never_named_as_a_convention_bug():
+    rng = np.random.default_rng(0)
+    for dim in (64, 128):
+        cos, sin = cache(512, dim, dtype=np.float64)
+        noisy = [x + 1e-3 * rng.standard_normal(x.shape) for x in (cos, sin)]
+        findings = check_rope_cache(*noisy)
+        assert findings and not any(
+            word in f
+            for f in findings
+            for word in ("computed in", "attention scale", "swapped", "base =", "repeated")
+        ), findings

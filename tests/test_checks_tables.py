@@ -492,3 +492,32 @@ def test_the_odd_widths_last_column_can_be_declared():
     odd = museum.timestep_embedding(np.arange(100), 65, downscale_freq_shift=0)
     assert check(odd, layout="concat", odd_column="zero") == []
     only(check(sinusoidal(100, 65), odd_column="zero"), "declare odd_column='sine'")
+
+
+# ---- issue 37, round 2: misattributions a practitioner met -------------------------
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_a_dropped_or_repeated_row_is_named_not_bfloat16_angles(dtype):
+    table = sinusoidal(301, 512).astype(dtype)
+    only(check(np.concatenate([table[:100], table[101:]])), "position 100 is skipped at row 100")
+    repeated = np.concatenate([table[:150], table[149:300]])
+    only(check(repeated), "position 149 is repeated at row 150")
+    assert "1 position early" in check(repeated)[0]
+
+
+def test_a_duplicated_column_is_named_by_its_columns():
+    table = sinusoidal(100, 64)
+    table[:, 10] = table[:, 12]
+    only(check(table), "column 10 is a copy of column 12")
+    table = sinusoidal(100, 64)
+    table[:, 60] = table[:, 62]  # a pair whose norm stays near 1: named from the formula
+    only(check(table), "column 60 is a copy of column 62")
+
+
+def test_small_noise_is_never_named_as_a_convention_bug_in_a_table():
+    rng = np.random.default_rng(1)
+    for layout in ("interleaved", "concat"):
+        table = sinusoidal(300, 128, layout=layout)
+        findings = check(table + 1e-3 * rng.standard_normal(table.shape), layout=layout)
+        assert findings and all("no known bug explains it" in f for f in findings), findings

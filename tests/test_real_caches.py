@@ -71,6 +71,135 @@ def corruptions(spec: CacheSpec):
     target[..., pick % target.shape[-2], pick % target.shape[-1]] += (0.02, -0.05)[pick % 2]
     yield "corrupted entry", "a local corruption", cos, sin, good.declared
     yield "odd width", "odd width", good.cos[..., :-1], good.sin[..., :-1], good.declared
+    row = good.cos.shape[-2] // 2 + pick % 7
+    yield "repeated position id", f"is repeated at row {row}", *_repeat_row(good, row)
+    if spec.kind != "diffusers":
+        rounded = build(spec, inv_freq_bfloat16=True)
+        yield "inv_freq in bf16", "rounded to bfloat16", *_with(rounded)
+    if spec.rope_type == "llama3":
+        undeclared = {k: v for k, v in good.declared.items() if k != "frequencies"}
+        yield "llama3 undeclared", "Llama 3 scaling", good.cos, good.sin, undeclared
+    if spec.rope_type == "dynamic":
+        undeclared = {k: v for k, v in good.declared.items() if k != "frequencies"}
+        yield "dynamic NTK undeclared", "dynamic NTK", good.cos, good.sin, undeclared
+
+
+def _repeat_row(cache, row):
+    """The cache with row ``row - 1`` repeated at ``row`` (a position id repeated, as
+    chunked prefill or packing can produce), every later row one position early."""
+    cos, sin = cache.cos.copy(), cache.sin.copy()
+    cos[..., row:, :], sin[..., row:, :] = (
+        cache.cos[..., row - 1 : -1, :],
+        cache.sin[..., row - 1 : -1, :],
+    )
+    return cos, sin, cache.declared
+
+
+# Outside the catalogue: two bugs at once (all their phrases), small noise on every
+# entry and conventions the checker does not know (no phrase: "unexplained" is right).
+OUT_COLUMNS = ("all named", "some named", "named as something else", "unexplained")
+SPECIFIC = re.compile(
+    r"swapped|wrong sign|position (early|late)|positions (early|late)|offset|base =|"
+    r"exponent|stored in|not pairing=|interpolation|partial rotary|scaling|multiplied by|"
+    r"computed in|rounded to|repeated|skipped|corrupted"
+)
+
+
+def _row_grid(cache) -> np.ndarray:
+    """The declared position of every row of ``cache``, shaped like its rows."""
+    declared = cache.declared
+    length = cache.cos.shape[-2]
+    if "positions" in declared:
+        return np.asarray(declared["positions"], dtype=np.float64)
+    return declared.get("start", 0) + np.arange(length, dtype=np.float64)
+
+
+def _convention(cache, angle, scale=None):
+    """A cache of ``cache``'s shape and pairing with ``angle(positions, i)`` (and cos,
+    sin multiplied by ``scale(positions, i)``), a convention the checker does not know."""
+    width = cache.cos.shape[-1]
+    grid = _row_grid(cache)
+    i = np.arange(width // 2, dtype=np.float64)
+    angles = angle(grid[..., None], i)
+    factor = cache.declared.get("attention_scale", 1.0)
+    factor = factor * (scale(grid[..., None], i) if scale is not None else 1.0)
+    cos, sin = factor * np.cos(angles), factor * np.sin(angles)
+    if cache.declared["pairing"] == "interleaved":
+        cos, sin = np.repeat(cos, 2, axis=-1), np.repeat(sin, 2, axis=-1)
+    else:
+        cos, sin = np.concatenate([cos, cos], -1), np.concatenate([sin, sin], -1)
+    shape = cache.cos.shape
+    cos = np.broadcast_to(cos.reshape((1,) * (len(shape) - cos.ndim) + cos.shape), shape)
+    sin = np.broadcast_to(sin.reshape((1,) * (len(shape) - sin.ndim) + sin.shape), shape)
+    return cos.astype(np.float32), sin.astype(np.float32), cache.declared
+
+
+def out_of_catalogue(spec: CacheSpec):
+    """(kind, phrases every named bug must show, cos, sin, declaration) for corruptions
+    the checker has no explanation of its own for."""
+    good = build(spec)
+    pick = len(spec.name)
+    if _plain(spec):
+        wrong = build(spec, base=spec.base * 10)
+        yield "swapped + base x10", ("swapped", "10 times"), wrong.sin, wrong.cos, good.declared
+    both = build(spec, shift=1, pi_factor=2.0)
+    yield "start +1 + PI x2", ("one position late", "interpolation"), *_with(both)
+    if spec.dtype == "float32":
+        other = "half" if good.declared["pairing"] == "interleaved" else "interleaved"
+        bf16 = [round_to_bfloat16(x) for x in (good.cos, good.sin)]
+        phrases = ("stored in bfloat16", f"not pairing='{other}'")
+        yield "bf16 storage + pairing", phrases, *bf16, {**good.declared, "pairing": other}
+    rng = np.random.default_rng(pick)
+    noisy = [x + 1e-3 * rng.standard_normal(x.shape) for x in (good.cos, good.sin)]
+    yield "noise 1e-3", (), *noisy, good.declared
+    d = 2 * (good.cos.shape[-1] // 2)
+    yield "linear frequencies", (), *_convention(good, lambda p, i: p * (1 - i / (d / 2)))
+    yield (
+        "axial 2-D RoPE",
+        (),
+        *_convention(
+            good,
+            lambda p, i: (
+                np.where(i < d / 4, p // 16, p % 16) * spec.base ** (-4 * (i % (d / 4)) / d)
+            ),
+        ),
+    )
+    yield (
+        "xPos decay",
+        (),
+        *_convention(
+            good,
+            lambda p, i: p * spec.base ** (-2 * i / d),
+            lambda p, i: ((2 * i / d + 0.4) / 1.4) ** (p / 512),
+        ),
+    )
+
+
+def out_outcome(findings, phrases, specific=SPECIFIC) -> str:
+    """The column of the out-of-catalogue table: every phrase named, some, a bug named
+    (``specific``) where none was made, or unexplained."""
+    if phrases:
+        hits = sum(any(ph in f for f in findings) for ph in phrases)
+        if hits == len(phrases):
+            return "all named"
+        if hits:
+            return "some named"
+    if any(specific.search(f) for f in findings):
+        return "named as something else"
+    return "unexplained"
+
+
+def out_confusion(specs=None):
+    """The out-of-catalogue table {kind: {column: count}}, and every case's findings."""
+    table: dict[str, dict[str, int]] = {}
+    cases = []
+    for spec in specs if specs is not None else real_caches():
+        for kind, phrases, cos, sin, declared in out_of_catalogue(spec):
+            findings = check_rope_cache(cos, sin, **declared)
+            column = out_outcome(findings, phrases)
+            table.setdefault(kind, dict.fromkeys(OUT_COLUMNS, 0))[column] += 1
+            cases.append((spec.name, kind, column, findings))
+    return table, cases
 
 
 def contradictions(findings, declared) -> list[str]:
@@ -166,6 +295,31 @@ def test_the_table_counts_fail_when_the_checker_is_blind(monkeypatch):
     assert not FACTOR_ONE.search("multiplied by 1.14, not attention_scale=1")
 
 
+@pytest.fixture(scope="module")
+def outside():
+    return out_confusion()
+
+
+def test_out_of_catalogue_noise_is_never_named_as_a_convention_bug(outside):
+    table, cases = outside
+    print("\n" + "\n".join(f"{kind}: {row}" for kind, row in table.items()))
+    assert table["noise 1e-3"]["named as something else"] == 0, [
+        c for c in cases if c[1] == "noise 1e-3" and c[2] != "unexplained"
+    ]
+    assert sum(table["noise 1e-3"].values()) == len(real_caches())
+
+
+def test_the_out_of_catalogue_counts_fail_when_the_checker_names_anything(monkeypatch):
+    import tests.test_real_caches as me
+
+    from posenc.checks.rope import SWAPPED
+
+    monkeypatch.setattr(me, "check_rope_cache", lambda *a, **k: [SWAPPED])
+    table, _ = me.out_confusion(real_caches()[:1])
+    assert table["noise 1e-3"]["named as something else"] == 1
+    assert table["swapped + base x10"]["some named"] == 1
+
+
 def test_a_wrong_declaration_of_a_real_cache_is_a_finding():
     cache = build(real_caches()[0])
     declared = {**cache.declared, "allow": ()}
@@ -180,3 +334,10 @@ if __name__ == "__main__":
     for name, kind, findings in wrong:
         print(f"- {name} / {kind}: {findings}")
     print("contradictions:", contradicting)
+    out, cases = out_confusion()
+    lines = [f"{'':24}" + "".join(f"{c:>26}" for c in OUT_COLUMNS)]
+    lines += [f"{k:24}" + "".join(f"{row[c]:>26}" for c in OUT_COLUMNS) for k, row in out.items()]
+    print("\n".join(lines))
+    for name, kind, column, findings in cases:
+        if column not in ("all named", "unexplained"):
+            print(f"- {name} / {kind} / {column}: {findings}")

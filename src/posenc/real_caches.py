@@ -185,14 +185,22 @@ def _store(values, dtype):
 
 
 def build(
-    spec: CacheSpec, *, shift=0, base=None, spacing=None, exponent_bug=False, pi_factor=1.0
+    spec: CacheSpec,
+    *,
+    shift=0,
+    base=None,
+    spacing=None,
+    exponent_bug=False,
+    pi_factor=1.0,
+    inv_freq_bfloat16=False,
 ) -> RealCache:
     """The cache ``spec`` describes, and its declaration.
 
     The keyword arguments build it with a mistake (``declared`` stays the same): rows
     at positions moved by ``shift``, another ``base``, the frequencies spaced for
-    ``spacing`` features, the doubled exponent, or every frequency divided by
-    ``pi_factor``.
+    ``spacing`` features, the doubled exponent, every frequency divided by
+    ``pi_factor``, or (``inv_freq_bfloat16``) inv_freq rounded to bfloat16 before the
+    angles are computed, as ``model.to(torch.bfloat16)`` leaves Hugging Face's buffer.
     """
     if spec.kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {spec.kind!r}")
@@ -229,6 +237,7 @@ def build(
         else:
             inv = _inv_freq(spec.dim, used_base, spacing=spacing, exponent_bug=exponent_bug)
         inv = _f32(inv / np.float32(pi_factor)) if pi_factor != 1.0 else inv
+        inv = round_to_bfloat16(inv) if inv_freq_bfloat16 else inv
         angles = _f32(grid.astype(np.float32).astype(np.float64)[..., None] * inv)
         cos, sin = np.cos(angles.astype(np.float64)), np.sin(angles.astype(np.float64))
         cos, sin = _f32(cos), _f32(sin)

@@ -88,3 +88,97 @@ def estimate_positions(phases: np.ndarray, freqs: np.ndarray, *, ratio: float = 
     for k in steps:
         position = position + wrap(phases[:, k] - freqs[k] * position) / freqs[k]
     return np.where(np.isfinite(position), position, np.nan)
+
+
+# At most this many jumps in the rows' positions are a repeated or skipped position id.
+MAX_JUMPS = 3
+
+
+def jumped_positions(found: np.ndarray, declared: np.ndarray) -> np.ndarray | None:
+    """The positions the rows really have, when the positions read back (``found``) are
+    the declared ones moved by a piecewise-constant amount with 1 to MAX_JUMPS jumps: a
+    whole number of positions, or (declared positions increasing by other steps) a whole
+    number of rows; else None."""
+    if len(declared) < 3 or not np.all(np.isfinite(found)):
+        return None
+    offset = np.round(found - declared)
+    steps = np.diff(declared)
+    even = bool(np.all(steps == steps[0]))
+    if even and np.all(np.abs(found - declared - offset) <= 0.25):
+        jumps = np.count_nonzero(np.diff(offset))
+        return declared + offset if 1 <= jumps <= MAX_JUMPS else None
+    if np.all(steps < 0):  # decreasing positions (diffusion timesteps): read reversed
+        actual = jumped_positions(found[::-1], declared[::-1])
+        return None if actual is None else actual[::-1]
+    if not np.all(steps > 0):
+        return None
+    nearest = np.clip(np.searchsorted(declared, found), 1, len(declared) - 1)
+    nearest = np.where(
+        np.abs(found - declared[nearest - 1]) <= np.abs(found - declared[nearest]),
+        nearest - 1,
+        nearest,
+    )
+    if np.any(np.abs(found - declared[nearest]) > 0.25 * steps.min()):
+        return None
+    moved = nearest - np.arange(len(declared))
+    if not 1 <= np.count_nonzero(np.diff(moved)) <= MAX_JUMPS:
+        return None
+    return declared[nearest]
+
+
+def jump_rows(declared: np.ndarray, actual: np.ndarray) -> np.ndarray:
+    """The rows at which the positions of :func:`jumped_positions` jump: where the whole
+    number of positions moved changes (evenly spaced positions), else where the number of
+    rows moved does."""
+    offset = actual - declared
+    steps = np.diff(declared)
+    if np.all(offset == np.round(offset)) and np.all(steps == steps[0]):
+        return np.flatnonzero(np.diff(offset)) + 1
+    order = np.argsort(declared, kind="stable")
+    index = order[np.clip(np.searchsorted(declared[order], actual), 0, len(order) - 1)]
+    return np.flatnonzero(np.diff(index - np.arange(len(declared)))) + 1
+
+
+def jump_finding(declared: np.ndarray, actual: np.ndarray, rows: np.ndarray | None = None) -> str:
+    """The sentence for rows whose positions jump: ``actual`` from
+    :func:`jumped_positions`; ``rows`` the table row of each entry (default 0, 1, ...)."""
+    rows = np.arange(len(declared)) if rows is None else rows
+    unit = bool(np.all(np.diff(declared) == 1))
+    parts = []
+    sign = 1 if declared[-1] >= declared[0] else -1
+    order = np.argsort(declared, kind="stable")
+    index = order[np.clip(np.searchsorted(declared[order], actual), 0, len(order) - 1)]
+    for r in jump_rows(declared, actual):
+        if sign * (actual[r] - actual[r - 1]) <= 0:
+            low, high = sorted((actual[r], actual[r - 1]))[::sign]
+            what = "repeated"
+        else:
+            lo, hi = sorted((actual[r - 1], actual[r]))
+            between = np.sort(declared[(declared > lo) & (declared < hi)])[::sign]
+            if len(between) == 0:
+                between = np.array([actual[r]])
+            low, high, what = between[0], between[-1], "skipped"
+        which = (
+            f"position {number(low)} is {what}"
+            if low == high
+            else f"positions {number(low)}..{number(high)} are {what}"
+        )
+        moved = actual[r] - declared[r]
+        how = "at their declared positions again"
+        if moved and unit:
+            k = float(abs(moved))
+            how = f"{number(k)} position{'s' if k != 1 else ''} "
+            how += "early" if moved < 0 else "late"
+        elif moved:
+            k = int(index[r] - r)
+            how = (
+                f"at the positions declared {abs(k)} row{'s' if abs(k) != 1 else ''} "
+                f"{'earlier' if k < 0 else 'later'}"
+            )
+        parts.append(f"rows from {rows[r]} on are {how}: {which} at row {rows[r]}")
+    start = "" if actual[0] == declared[0] else f"rows start at position {number(actual[0])}; "
+    return (
+        f"{start}{'; '.join(parts)} (a repeated or skipped position id, as chunked prefill "
+        f"or sequence packing can produce, or a row inserted or dropped); build the rows "
+        f"from the position ids each token really has"
+    )

@@ -16,12 +16,17 @@ explanations that real code produces until one reproduces the cache:
   position (accepted with ``allow=("float32_angles",)`` for float32);
 - one or a few corrupted entries, named by row and column;
 - cos and sin swapped, and sin with the wrong sign;
-- positions shifted: an off-by-one, a KV-cache offset not added;
+- positions shifted: an off-by-one, a KV-cache offset not added; rows whose positions
+  jump (a position id repeated or skipped from some row on, as chunked prefill or
+  packing can make), tried before any precision explanation;
+- the frequencies rounded to bfloat16 or float16 (inv_freq cast with the model);
+- two slips at once: cos and sin swapped, sin negated or an off-by-one, with one of the
+  frequency findings below;
 - the frequencies: the 2i exponent bug (``base**(-2*arange(0, d, 2)/d)``), a base
   off by a round factor (x10, a typo such as 10e4 for 1e4), partial rotary (frequencies
   spaced for the whole head), position interpolation, YaRN or Llama 3 scaling
-  (:mod:`posenc.long_context`) with their factor, or another base (NTK-aware
-  scaling is one).
+  (:mod:`posenc.long_context`) with their factor (Llama 3's defaults tried at any
+  positions), or another base (NTK-aware or dynamic NTK scaling is one).
 
 A cache computed from float64 angles and declared correctly gives no finding. No
 finding names a factor that rounds to 1.
@@ -34,7 +39,14 @@ import math
 import numpy as np
 
 from posenc import _validation
-from posenc.checks.positions import estimate_position, number, shift_finding
+from posenc.checks.positions import (
+    estimate_position,
+    estimate_positions,
+    jump_finding,
+    jumped_positions,
+    number,
+    shift_finding,
+)
 from posenc.checks.tolerances import (
     ANGLE_ROUNDINGS,
     EPS,
@@ -43,6 +55,7 @@ from posenc.checks.tolerances import (
     growth,
     growth_rate,
     on_grid,
+    round_to,
 )
 from posenc.long_context import scaled_frequencies
 
@@ -361,7 +374,12 @@ def _check(
             f"cos and sin are not the cosine and sine of one angle: cos^2 + sin^2 ranges "
             f"over {norms.min() ** 2:.3g}..{norms.max() ** 2:.3g}",
         ]
-    if abs(scale / attention_scale - 1) > 4 * rounding + 8 * EPS.get(dtype, 0.0) + 1e-12:
+    # a common factor: off the declared one by more than the rounding, and by more than
+    # the norms scatter (noise on every entry moves the median norm, but scatters it too)
+    scatter = float(np.max(np.abs(norms - scale))) / scale
+    if abs(scale / attention_scale - 1) > max(
+        4 * rounding + 8 * EPS.get(dtype, 0.0) + 1e-12, 4 * scatter
+    ):
         text = _round_distinct(scale, attention_scale)
         if text is not None:
             yarn = ""
@@ -465,6 +483,14 @@ def _explain(cache: _Cache, declared, expected, base, d, frequencies, log_base) 
         shifted = _shift(cache, declared, expected, swap=swap, sign=sign)
         if shifted is not None:
             return [*([SWAPPED] if swap else []), *([NEGATED] if sign < 0 else []), shifted]
+    # Rows at the wrong positions from some row on: a repeated or skipped position id.
+    jumped = _jump(cache, declared, expected)
+    if jumped is not None:
+        return [jumped]
+    for swap in (False, True):
+        rounded = _rounded_frequencies(cache, declared, expected, log_base, swap=swap)
+        if rounded is not None:
+            return [*([SWAPPED] if swap else []), rounded]
     # Angles computed in a narrow format: the declared frequencies, an error that grows,
     # and widespread: in many rows beyond what the next finer format's angles can cost
     # (one corrupted entry in a float32-angle cache is not float16 arithmetic).
@@ -476,6 +502,8 @@ def _explain(cache: _Cache, declared, expected, base, d, frequencies, log_base) 
             beyond = error > cache.allowed(angles, finer, log_base if finer == "float32" else 0.0)
             widespread = beyond.any(axis=1).mean() >= WIDESPREAD
             slope = growth(error, np.abs(angles))
+            if _clean_start(cache, error, angles, beyond, name):
+                break
             if widespread and slope is not None and slope >= PRECISIONS[name] / 16:
                 row = int(np.argmax(error.max(axis=1)))
                 rate = growth_rate(name, ANGLE_ROUNDINGS + extra)
@@ -492,6 +520,20 @@ def _explain(cache: _Cache, declared, expected, base, d, frequencies, log_base) 
     found = _frequency_findings(cache, declared, expected, base, d, frequencies, log_base)
     if found is not None:
         return found
+    # Two slips at once: other frequencies, and cos and sin swapped, sin negated or the
+    # positions off by one.
+    how = (cache.pairs, cache.layout, cache.tolerance, cache.f32_log)
+    variants = [
+        ([SWAPPED], _Cache(cache.sin, cache.cos, *how), 0.0),
+        ([NEGATED], _Cache(cache.cos, -cache.sin, *how), 0.0),
+        *(([shift_finding(declared[0] + k, declared[0])], cache, k) for k in (1.0, -1.0)),
+    ]
+    for before, other, shift in variants:
+        found = _frequency_findings(
+            other, declared + shift, expected, base, d, frequencies, log_base
+        )
+        if found is not None:
+            return [*before, *found]
     error, _ = cache.errors(declared, expected)
     row, column = np.unravel_index(np.argmax(error), error.shape)
     return [
@@ -499,6 +541,51 @@ def _explain(cache: _Cache, declared, expected, base, d, frequencies, log_base) 
         f"(position {number(declared[row])}, column {column}), and no known mistake "
         f"explains it"
     ]
+
+
+def _clean_start(cache: _Cache, error, angles, beyond, name) -> bool:
+    """Whether the first rows, where angles computed in ``name`` would leave an error
+    above the finer allowance while that allowance is still far below a whole turn of a
+    position, show none: then the format's arithmetic is not what made the later error."""
+    rows = beyond.any(axis=1)
+    if not rows.any():
+        return False
+    first = int(np.argmax(rows))
+    top = np.abs(angles).max(axis=1)
+    would = PRECISIONS[name] * np.maximum(top, 1e-300)
+    telling = (would >= 4 * (cache.tolerance + 4 * 2.0**-53 * top)) & (
+        (ANGLE_ROUNDINGS + 4) * would < 0.25
+    )
+    return int(telling[:first].sum()) >= 8
+
+
+def _jump(cache: _Cache, declared, expected) -> str | None:
+    """The finding for rows that are whole positions early or late from some row on
+    (a position repeated or skipped), or None."""
+    columns = slice(0, None, 2) if cache.layout == "interleaved" else slice(0, cache.pairs)
+    phases = np.arctan2(cache.sin[:, columns], cache.cos[:, columns])
+    actual = jumped_positions(estimate_positions(phases, expected), declared)
+    if actual is None or not cache.fits(actual, expected):
+        return None
+    return jump_finding(declared, actual)
+
+
+def _rounded_frequencies(cache: _Cache, declared, expected, log_base, swap=False) -> str | None:
+    """The finding for frequencies rounded to bfloat16 or float16 (inv_freq held in the
+    model's dtype), the angles then computed from them, or None."""
+    for name in ("bfloat16", "float16"):
+        rounded = round_to(expected, name)
+        if np.array_equal(rounded, expected):
+            continue
+        if cache.fits(declared, rounded, swap=swap) or cache.fits(
+            declared, rounded, "float32", log_base, swap=swap
+        ):
+            return (
+                f"the frequencies are the declared ones rounded to {name}: inv_freq was held "
+                f"in {name} (model.to(torch.{name}) casts the buffer) and the angles computed "
+                f"from it; keep inv_freq in float32 (recompute it after the cast)"
+            )
+    return None
 
 
 def _local(cache: _Cache, declared, expected) -> list[str] | None:
@@ -568,6 +655,18 @@ def _frequency_findings(cache: _Cache, declared, expected, base, d, frequencies,
     round_base = _round_base(fits, base, d, plain, [f for f in BASE_FACTORS if f > 1])
     if round_base is not None:
         return round_base
+    # Llama 3's scaling with its published defaults, left undeclared.
+    if plain:
+        freqs, _ = scaled_frequencies(
+            d, base=base, method="llama3", factor=8.0, original_length=8192
+        )
+        if fits(freqs):
+            return [
+                "frequencies are Llama 3 scaling (rope_scaling 'llama3' with its defaults: "
+                "factor 8, low and high frequency factors 1 and 4, original context 8192) "
+                "that was not declared; declare frequencies= from "
+                "posenc.long_context.scaled_frequencies(method='llama3') to check it as such"
+            ]
     fitted = _fitted_frequencies(cache, declared)
     exponent = _fitted_exponent(fitted) if fitted is not None else None
     # Partial rotary: the declared base, spaced for a wider head than the rotated width.
@@ -630,7 +729,14 @@ def _frequency_findings(cache: _Cache, declared, expected, base, d, frequencies,
             if factor > 1.01 and abs(factor - round(factor)) < 0.01:
                 ntk = (
                     f"; NTK-aware scaling with factor {round(factor)} gives this base "
-                    f"(rope_scaling 'ntk'/'dynamic')"
+                    f"(rope_scaling 'ntk')"
+                )
+            if candidate > base and float(f"{candidate:.2g}") != candidate:
+                ntk += (
+                    "; a larger base is also what dynamic NTK scaling (rope_scaling "
+                    "'dynamic') computes once the sequence passes the original context, "
+                    "raising the base with the sequence length: if the model uses it, "
+                    "declare the base it computes for this length"
                 )
             return [
                 f"frequencies fit base = {number(candidate)}, not {number(base)}: a wrong base{ntk}"

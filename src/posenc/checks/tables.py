@@ -49,7 +49,14 @@ from typing import NamedTuple
 import numpy as np
 
 from posenc import _validation
-from posenc.checks.positions import estimate_positions, number, shift_finding
+from posenc.checks.positions import (
+    estimate_positions,
+    jump_finding,
+    jump_rows,
+    jumped_positions,
+    number,
+    shift_finding,
+)
 from posenc.checks.tolerances import (
     ANGLE_ROUNDINGS,
     EPS,
@@ -774,12 +781,69 @@ def _not_pairs(ctx: _Context) -> list[str]:
         else "no pairs"
     )
     findings = [f"the columns are not sine-cosine pairs ({described}): not a sinusoidal table"]
+    few = _few_bad_pairs(values, norms, sin_cols, cos_cols)
+    if few is not None:
+        findings = [few]
     if values.size > 1 and std > 0 and abs(mean) <= 5 * std / math.sqrt(values.size):
         findings.append(
             f"values have mean {mean:.2g} and standard deviation {std:.2g}: looks like a "
             f"random weight initialisation overwrote the table"
         )
     return findings
+
+
+def _few_bad_pairs(values, norms, sin_cols, cos_cols) -> str | None:
+    """The finding naming the columns of the few pairs that are not sine-cosine pairs
+    (at most 2, or 5% of the pairs) when all others are, or None."""
+    if not norms.size:
+        return None
+    off = np.flatnonzero(np.any(np.abs(norms - 1) > PAIR_NORM, axis=0))
+    if not 0 < len(off) <= max(2, len(sin_cols) // 20):
+        return None
+    columns = sorted({int(c) for k in off for c in (sin_cols[k], cos_cols[k])})
+    how = _copies(values, columns)
+    pairs = "pair" if len(off) == 1 else "pairs"
+    return (
+        f"the columns are not sine-cosine pairs in {len(off)} {pairs} of {len(sin_cols)} "
+        f"(columns {', '.join(map(str, columns))}), while every other pair is one: {how}"
+    )
+
+
+def _copies(values, columns) -> str:
+    """Which of ``columns`` are copies of another column of ``values``, as a finding's end."""
+    copies = []
+    for column in columns:
+        same = [
+            other
+            for other in range(values.shape[1])
+            if other != column and np.array_equal(values[:, column], values[:, other])
+        ]
+        if same:
+            copies.append(f"column {column} is a copy of column {same[0]}")
+    if copies:
+        return "; ".join(copies) + " (a column duplicated, or written to the wrong index)"
+    return "those columns were overwritten or built with another formula"
+
+
+def _few_columns(ctx: _Context) -> str | None:
+    """The finding for a table that differs from its declaration in a few columns only
+    (at most 2, or 5% of them), each named, or None."""
+    asked = ctx.asked
+    width = ctx.table.shape[1]
+    freqs = _frequencies(asked.frequency, width, ctx.base, None, asked.lone)
+    error, _sizes, rows = _errors(ctx, asked, freqs, ctx.positions)
+    tolerance = _tolerance(ctx.dtype, ctx.positions[rows], ctx.atol, ctx.stored)
+    off = np.flatnonzero(np.any(error > tolerance[:, None], axis=0))
+    if not 0 < len(off) <= max(2, width // 20):
+        return None
+    copies = _copies(_taking_part(ctx), [int(c) for c in off])
+    if " is a copy of " not in copies:
+        return None
+    listed = ", ".join(map(str, off))
+    return (
+        f"column{'s' if len(off) > 1 else ''} {listed} differ{'' if len(off) > 1 else 's'} "
+        f"from what was declared while every other column matches: {copies}"
+    )
 
 
 def _column_exponent(ctx: _Context) -> bool:
@@ -1039,6 +1103,12 @@ def _explain(ctx: _Context) -> list[str]:
     few rows (a localized corruption, each such row named); storage in a coarser
     format; angles computed in a narrow format; else an unexplained deviation.
     """
+    few = _few_columns(ctx)  # a column copied over another: named before any search
+    if few is not None:
+        return [few]
+    jumped = _jump(ctx)  # a position repeated or skipped: before any search
+    if jumped is not None:
+        return jumped
     fitted_cache: dict = {}  # the base fitted for each way of reading the columns
     found = _search(ctx, fitted_cache)
     if found is not None:
@@ -1062,6 +1132,13 @@ def _explain(ctx: _Context) -> list[str]:
             worst = _worst(stored_ctx, explanation, freqs, positions)
             described = _describe(explanation, stored_ctx, positions, fitted)
             return [*described, _storage(worst, name)]
+        jumped = _jump(stored_ctx)
+        if jumped is not None:
+            return [
+                *jumped,
+                f"every value lies on the {name} grid: the table was stored in {name} and "
+                f"converted back; declare stored_dtype={name!r}",
+            ]
     # Arithmetic: angles computed in a narrow format, the error widespread and growing
     # with the angle at about the rate that format's rounding makes it grow.
     for name in PRECISIONS:
@@ -1078,6 +1155,29 @@ def _explain(ctx: _Context) -> list[str]:
     return [_unexplained(ctx)]
 
 
+def _jump(ctx: _Context) -> list[str] | None:
+    """The finding for rows that are whole positions early or late from some row on (a
+    position repeated or skipped, a row inserted or dropped) in a table otherwise as
+    declared, or None."""
+    asked = ctx.asked
+    width = ctx.table.shape[1]
+    freqs = _frequencies(asked.frequency, width, ctx.base, None, asked.lone)
+    phases = _phases(_taking_part(ctx), asked.layout, asked.swapped, asked.lone)
+    if phases.shape[1] == 0:
+        return None
+    declared = ctx.positions[ctx.rows]
+    actual = jumped_positions(estimate_positions(phases, freqs[: phases.shape[1]]), declared)
+    if actual is None:
+        return None
+    if np.any(np.diff(jump_rows(declared, actual)) == 1):
+        return None  # one row off and the next back: a row overwritten, named as local
+    positions = ctx.positions.copy()
+    positions[ctx.rows] = actual
+    if not _matches_formula(ctx._replace(positions=positions)):
+        return None
+    return [jump_finding(declared, actual, ctx.rows)]
+
+
 def _arithmetic(ctx: _Context, error, sizes, positions, name: str) -> bool:
     """Whether errors look like angles computed in ``name``: off the tolerance in at
     least WIDESPREAD of the rows, growing with the angle, and at a slope within
@@ -1086,5 +1186,13 @@ def _arithmetic(ctx: _Context, error, sizes, positions, name: str) -> bool:
     off = np.mean(np.any(error > tolerance[:, None], axis=1))
     slope = growth(error, sizes)
     if slope is None or off < WIDESPREAD:
+        return False
+    # refused when the first rows, where that format's error would show and a whole
+    # position would not hide in it, are exact: the later error has another cause
+    beyond = np.any(error > tolerance[:, None], axis=1)
+    first = int(np.argmax(beyond))
+    would = PRECISIONS[name] * sizes.max(axis=1)
+    telling = (would >= 4 * tolerance) & ((ANGLE_ROUNDINGS + 4) * would < 0.25)
+    if int(telling[:first].sum()) >= 8:
         return False
     return PRECISIONS[name] / SLOPE_FACTOR <= slope <= ANGLE_ROUNDINGS * PRECISIONS[name]

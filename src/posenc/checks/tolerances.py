@@ -76,3 +76,14 @@ def on_grid(values: np.ndarray, dtype: str) -> list[str]:
         if own < 2 and on32 and np.all(as32.view(np.uint32) & 0xFFFF == 0):
             grids.append("bfloat16")
     return grids
+
+
+def round_to(values: np.ndarray, name: str) -> np.ndarray:
+    """``values`` rounded to the format ``name`` (to nearest, ties to even), as float64."""
+    if name == "float16":
+        return values.astype(np.float16).astype(np.float64)
+    if name == "float32":
+        return values.astype(np.float32).astype(np.float64)
+    bits = values.astype(np.float32).view(np.uint32).astype(np.uint64)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    return bits.astype(np.uint32).view(np.float32).astype(np.float64)
