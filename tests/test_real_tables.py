@@ -212,7 +212,7 @@ def out_of_catalogue(real: RealTable):
 
 
 def out_outcome(findings: list[str], phrases) -> str:
-    from tests.test_real_caches import out_outcome as classify
+    from test_real_caches import out_outcome as classify  # tests/ is on sys.path
 
     return classify(findings, phrases, SPECIFIC)
 
