@@ -88,7 +88,10 @@ def test_the_other_pairing_is_named():
 def test_a_wrong_base_and_ntk_scaling_are_named():
     only(check_rope_cache(*cache(512, 64, base=500000.0)), "base = 500000, not 10000")
     ntk, _ = scaled_frequencies(128, method="ntk", factor=4.0)
-    only(check_rope_cache(*cache(2048, 128, freqs=ntk)), "NTK-aware scaling with factor 4")
+    only(
+        check_rope_cache(*cache(2048, 128, freqs=ntk)),
+        "NTK-aware scaling gives this base for alpha = 4",
+    )
 
 
 def test_partial_rotary_is_named_and_can_be_declared():
@@ -338,3 +341,25 @@ def test_small_noise_is_never_named_as_a_convention_bug():
             for f in findings
             for word in ("computed in", "attention scale", "swapped", "base =", "repeated")
         ), findings
+
+
+@pytest.mark.parametrize("pairing", ["half", "interleaved"])
+def test_one_copy_of_a_pair_changed_is_named_by_its_columns(pairing):
+    cos, sin = cache(1000, 128, pairing=pairing, dtype=np.float64)
+    column = 70 if pairing == "half" else 71
+    twin = 6 if pairing == "half" else 70
+    cos[:200, column] += 1e-3
+    findings = check_rope_cache(cos, sin, pairing=pairing)
+    assert len(findings) == 1, findings
+    assert (
+        f"differ by up to 0.001 in 200 rows; column {twin} matches the declared angles"
+        in (findings[0])
+    )
+    assert f"column {column} does not" in findings[0]
+
+
+def test_a_single_row_of_ones_and_zeros_is_no_evidence_of_storage():
+    # one decoded token rotated at position 0 instead of 200: every value is 0 or 1,
+    # on every grid, so no storage finding, only the missing offset
+    findings = check_rope_cache(np.ones((1, 128)), np.zeros((1, 128)), start=200)
+    assert len(findings) == 1 and "KV-cache offset" in findings[0], findings

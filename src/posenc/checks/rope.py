@@ -349,11 +349,15 @@ def _check(
                 f"of different pairs"
             )
             layout = other
-        elif pairs is not None:
-            return [
-                "the columns do not hold each pair's value twice, neither in two halves "
-                "(pairing='half') nor twice in a row (pairing='interleaved')"
-            ]
+        else:
+            twins = _twins(c, s, half, pairing, declared, base)
+            if twins is not None:
+                return [*findings, twins]
+            if pairs is not None:
+                return [
+                    "the columns do not hold each pair's value twice, neither in two "
+                    "halves (pairing='half') nor twice in a row (pairing='interleaved')"
+                ]
     pairs = width // 2 if layout != "pairs" else width
     d = 2 * pairs
     first = slice(0, pairs) if layout != "interleaved" else slice(0, None, 2)
@@ -449,6 +453,47 @@ def _check(
     return findings + explained
 
 
+def _twins(c, s, half, pairing, declared, base) -> str | None:
+    """The finding for a cache whose two copies of a few pairs differ, or None.
+
+    In either pairing every pair's value is stored twice. When only a few pairs' copies
+    differ, one copy was written after the cache was built; the copy that still matches
+    the declared angles (at the declared base) names the other as the changed one.
+    """
+    first = np.arange(half) if pairing == "half" else np.arange(0, 2 * half, 2)
+    second = first + half if pairing == "half" else first + 1
+    differ = np.any(c[:, first] != c[:, second], axis=0)
+    differ |= np.any(s[:, first] != s[:, second], axis=0)
+    pairs = np.flatnonzero(differ)
+    if len(pairs) == 0 or len(pairs) > max(2, half // 16):
+        return None
+    sentences = []
+    for j in pairs[:3]:
+        a, b = int(first[j]), int(second[j])
+        gap = np.maximum(np.abs(c[:, a] - c[:, b]), np.abs(s[:, a] - s[:, b]))
+        rows = int(np.sum(gap > 0))
+        angle = declared * base ** (-2.0 * j / (2 * half))
+        off = [
+            float(
+                np.max(np.maximum(np.abs(c[:, k] - np.cos(angle)), np.abs(s[:, k] - np.sin(angle))))
+            )
+            for k in (a, b)
+        ]
+        text = (
+            f"columns {a} and {b}, the two copies of pair {j}, differ by up to "
+            f"{gap.max():.2g} in {rows} row{'s' if rows != 1 else ''}"
+        )
+        if min(off) < 1e-3 * max(off):
+            good, bad = (a, b) if off[0] < off[1] else (b, a)
+            text += f"; column {good} matches the declared angles, column {bad} does not"
+        sentences.append(text)
+    return (
+        "; ".join(sentences) + f": pairing={pairing!r} stores each pair's value twice, and "
+        f"one copy was changed after the cache was built (a write to one half of the "
+        f"cache, or a slice that updates one copy)"
+    )
+
+
 def _mismatches(c, s, half, pairing) -> int:
     if pairing == "half":
         return int(np.sum(c[:, :half] != c[:, half:]) + np.sum(s[:, :half] != s[:, half:]))
@@ -507,13 +552,24 @@ def _explain(cache: _Cache, declared, expected, base, d, frequencies, log_base) 
             if widespread and slope is not None and slope >= PRECISIONS[name] / 16:
                 row = int(np.argmax(error.max(axis=1)))
                 rate = growth_rate(name, ANGLE_ROUNDINGS + extra)
+                if name == "float32":
+                    rate += f" (the {ANGLE_ROUNDINGS} of the product, plus ln(base) for the power)"
+                    how = (
+                        "positions times frequencies in float32, as Hugging Face's rotary "
+                        "embedding computes them on purpose; if that is how the cache is "
+                        "built, declare allow=('float32_angles',), otherwise compute the "
+                        "angles in float64 and round once"
+                    )
+                else:
+                    how = (
+                        f"positions times frequencies in {name}, as torch code that builds "
+                        f"the cache in the model's dtype does; compute them in float32 or "
+                        f"float64 and round once"
+                    )
                 return [
                     f"errors grow with the position {rate}, up to "
                     f"{error.max():.2g} at position {number(declared[row])}: looks like "
-                    f"angles computed in {name} (positions times frequencies in {name}, as "
-                    f"torch code that builds the cache in the model's dtype does); compute "
-                    f"them in float64 and round once"
-                    + (", or declare allow=('float32_angles',)" if name == "float32" else "")
+                    f"angles computed in {name} ({how})"
                 ]
             break
         finer = name
@@ -728,8 +784,10 @@ def _frequency_findings(cache: _Cache, declared, expected, base, d, frequencies,
             factor = (candidate / base) ** ((d - 2) / d)
             if factor > 1.01 and abs(factor - round(factor)) < 0.01:
                 ntk = (
-                    f"; NTK-aware scaling with factor {round(factor)} gives this base "
-                    f"(rope_scaling 'ntk')"
+                    f"; NTK-aware scaling gives this base for alpha = {round(factor)}: "
+                    f"the alpha of a static 'ntk' factor, or what dynamic NTK ('dynamic') "
+                    f"computes as factor * length / original - (factor - 1) (factor 2 at "
+                    f"twice the original context gives 3)"
                 )
             if candidate > base and float(f"{candidate:.2g}") != candidate:
                 ntk += (

@@ -61,11 +61,22 @@ def growth_rate(name: str, roundings: float = ANGLE_ROUNDINGS) -> str:
     )
 
 
+# Values other than 0 and +-1 needed before a storage grid counts as evidence.
+GRID_EVIDENCE = 16
+
+
 def on_grid(values: np.ndarray, dtype: str) -> list[str]:
-    """The formats coarser than ``dtype`` whose grid holds every value, finest first."""
+    """The formats coarser than ``dtype`` whose grid holds every value, finest first.
+
+    A grid is evidence only when values could have fallen off it: 0 and +-1 lie on
+    every grid, so with fewer than ``GRID_EVIDENCE`` other values none is reported
+    (a row at position 0 is all ones and zeros in any format).
+    """
     finer = {"float64": 0, "float32": 1, "float16": 2, "bfloat16": 2}
     own = finer.get(dtype, 0)
     grids = []
+    if np.sum((values != 0) & (np.abs(values) != 1)) < GRID_EVIDENCE:
+        return grids
     with np.errstate(over="ignore"):
         as32 = values.astype(np.float32)
         on32 = bool(np.all(as32.astype(np.float64) == values))
