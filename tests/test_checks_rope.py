@@ -363,3 +363,15 @@ def test_a_single_row_of_ones_and_zeros_is_no_evidence_of_storage():
     # on every grid, so no storage finding, only the missing offset
     findings = check_rope_cache(np.ones((1, 128)), np.zeros((1, 128)), start=200)
     assert len(findings) == 1 and "KV-cache offset" in findings[0], findings
+
+
+def test_noise_on_a_half_paired_cache_is_unexplained_with_its_own_size():
+    # noise breaks the two copies' equality; the cache is still read in its declared
+    # form, so the size and place reported are the noise's, not a misreading's
+    cos, sin = cache(1000, 128, dtype=np.float64)
+    rng = np.random.default_rng(0)
+    noisy = cos + rng.normal(0, 1e-3, cos.shape), sin + rng.normal(0, 1e-3, sin.shape)
+    findings = check_rope_cache(*noisy)
+    assert len(findings) == 1 and "no known mistake" in findings[0], findings
+    size = float(findings[0].split("by up to ")[1].split(" ")[0])
+    assert 1e-3 < size < 1e-2

@@ -83,6 +83,8 @@ NEGATED = (
 # Angles computed in a narrow format leave errors in at least this fraction of the rows.
 WIDESPREAD = 0.05
 LOCAL_ROWS = 2
+# Copies of a pair this close are one form with noise, not the one-column-per-pair form.
+NEAR_TWINS = 0.05
 # Rows tried first (evenly spaced, first and last included) before a whole cache is.
 SAMPLE_ROWS = 64
 
@@ -353,7 +355,9 @@ def _check(
             twins = _twins(c, s, half, pairing, declared, base)
             if twins is not None:
                 return [*findings, twins]
-            if pairs is not None:
+            if _twin_gap(c, s, half, pairing) < NEAR_TWINS:
+                layout = pairing  # every copy nearly equal: noise on the declared form
+            elif pairs is not None:
                 return [
                     "the columns do not hold each pair's value twice, neither in two "
                     "halves (pairing='half') nor twice in a row (pairing='interleaved')"
@@ -451,6 +455,15 @@ def _check(
                 "if that is how the cache is built",
             ]
     return findings + explained
+
+
+def _twin_gap(c, s, half, pairing) -> float:
+    """The largest difference between the two copies of any pair in ``pairing``."""
+    first = np.arange(half) if pairing == "half" else np.arange(0, 2 * half, 2)
+    second = first + half if pairing == "half" else first + 1
+    return float(
+        max(np.abs(c[:, first] - c[:, second]).max(), np.abs(s[:, first] - s[:, second]).max())
+    )
 
 
 def _twins(c, s, half, pairing, declared, base) -> str | None:
