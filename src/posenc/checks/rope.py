@@ -566,7 +566,9 @@ def _explain(cache: _Cache, declared, expected, base, d, frequencies, log_base) 
                 row = int(np.argmax(error.max(axis=1)))
                 rate = growth_rate(name, ANGLE_ROUNDINGS + extra)
                 if name == "float32":
-                    rate += f" (the {ANGLE_ROUNDINGS} of the product, plus ln(base) for the power)"
+                    rate = (
+                        rate[:-1] + f": {ANGLE_ROUNDINGS} for the product, ln(base) for the power)"
+                    )
                     how = (
                         "positions times frequencies in float32, as Hugging Face's rotary "
                         "embedding computes them on purpose; if that is how the cache is "
