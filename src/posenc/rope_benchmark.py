@@ -106,7 +106,7 @@ def unblocked_half(module):
 
 def formula(module):
     """The module's plain pair formula (what autograd and torch.compile see)."""
-    from posenc.torch import _rotate
+    from posenc.rotary import _rotate
 
     def apply(q):
         cos, sin, _ = module._tables(q.shape[-2], q.dtype, q.device)
