@@ -1,10 +1,32 @@
 """Rotary position embedding (RoPE) as a PyTorch module (chapters 8-11).
 
-:class:`RotaryEmbedding` rotates queries and keys by their positions. It is also
-importable as ``posenc.torch.RotaryEmbedding``.
+:class:`RotaryEmbedding` rotates queries and keys by their positions, on any device,
+with no host synchronisation in ``forward``. It is also importable as
+``posenc.torch.RotaryEmbedding``.
+
+Where the rotation runs:
+
+- **CUDA with Triton importable**: one fused kernel (:mod:`posenc.rotary_triton`) reads
+  x once and writes the result once, forming the angles in float64 inside the kernel.
+  Its backward pass is the same kernel with the angles negated.
+- **CPU, float32/float64, no autograd**: a few large operations over every head at once
+  (three for half pairs, one complex product for interleaved pairs), one block of
+  ``ROTARY_BLOCK_ROWS`` positions at a time. Their number does not grow with the number
+  of heads: each parallel operation waits for every thread, and on a busy machine one
+  thread can wait a whole scheduler time slice, so few large operations beat many
+  small ones.
+- **Anywhere else** (autograd on the CPU, other devices, ``torch.compile``): the pair
+  formula itself, ``(x0 cos - x1 sin, x0 sin + x1 cos)``, which is also the reference.
+
+Angles are float64 products position * θ_i computed on the positions' device (devices
+without float64, such as Apple's MPS, compute them on the CPU and copy), then rounded
+once to the dtype of x: float32 cos and sin are within 2**-24 of exact at any position
+below 2**53.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -12,43 +34,58 @@ from torch import nn
 
 from posenc._validation import choice, integer, positive_finite
 
-__all__ = ["PAIRINGS", "RotaryEmbedding"]
+if TYPE_CHECKING:
+    from posenc.rope_config import RopeParameters
 
+__all__ = ["LAYOUTS", "MAX_POSITION", "PAIRINGS", "RotaryEmbedding"]
 
 PAIRINGS = ("half", "interleaved")
-ROTARY_BLOCK_ROWS = 2048  # rows of one head rotated at a time on the CPU (chapter 11)
+LAYOUTS = ("bhsd", "bshd")
+ROTARY_BLOCK_ROWS = 2048  # positions rotated per operation on the CPU (chapter 11)
+MAX_POSITION = 2**53  # float64 holds every integer below it exactly
 
 
-def _rotary_positions(positions, x: torch.Tensor) -> torch.Tensor:
-    """Check ``positions`` against ``x`` (..., seq, head_dim); return an int64 CPU tensor."""
-    length = x.shape[-2]
+def _float64_device(device: torch.device) -> torch.device:
+    """Where float64 angles for tensors on ``device`` are computed."""
+    return torch.device("cpu") if device.type == "mps" else device
+
+
+def _integer_positions(positions, name: str = "positions") -> torch.Tensor:
+    """``positions`` as an integer tensor (on its own device), or TypeError."""
     if isinstance(positions, torch.Tensor):
         if positions.dtype.is_floating_point or positions.dtype.is_complex:
-            raise TypeError(
-                f"positions must be integers (an int tensor), got dtype {positions.dtype}"
-            )
+            raise TypeError(f"{name} must be integers (an int tensor), got dtype {positions.dtype}")
         if positions.dtype == torch.bool:
-            raise TypeError("positions must be integers (an int tensor), got dtype torch.bool")
-        positions = positions.detach().to("cpu", torch.int64)
-    else:
-        array = np.asarray(positions)
-        if array.dtype.kind not in "iu":
-            raise TypeError(f"positions must be integers, got dtype {array.dtype}")
-        positions = torch.from_numpy(array.astype(np.int64))
-    if positions.dim() not in (1, 2) or positions.shape[-1] != length:
-        raise ValueError(
-            f"positions must have shape (seq,) or (batch, seq) with seq = {length} "
-            f"(x has shape {tuple(x.shape)}), got {tuple(positions.shape)}"
-        )
-    if positions.dim() == 2 and (x.dim() != 4 or x.shape[0] != positions.shape[0]):
-        raise ValueError(
-            f"(batch, seq) positions need x of shape (batch, heads, seq, head_dim) with the "
-            f"same batch: they apply to every head of their sequence, never along the heads "
-            f"axis; got positions {tuple(positions.shape)} for x {tuple(x.shape)}"
-        )
-    if positions.numel() and int(positions.min()) < 0:
-        raise ValueError(f"positions must be >= 0, got {int(positions.min())}")
-    return positions
+            raise TypeError(f"{name} must be integers (an int tensor), got dtype torch.bool")
+        return positions.detach()
+    array = np.asarray(positions)
+    if array.dtype.kind not in "iu":
+        raise TypeError(f"{name} must be integers, got dtype {array.dtype}")
+    if array.dtype.kind == "u" and array.size and int(array.max()) >= MAX_POSITION:
+        raise ValueError(f"{name} must be < 2**53, got {int(array.max())}")
+    return torch.from_numpy(array.astype(np.int64))
+
+
+def _check_position_values(positions: torch.Tensor, name: str = "positions") -> None:
+    """0 <= positions < 2**53: checked here on the CPU, asserted on the device otherwise.
+
+    On an accelerator the check is ``torch._assert_async``: it never waits for the
+    device, and a bad position stops the stream with this message.
+    """
+    if not positions.numel():
+        return
+    if positions.device.type == "cpu":
+        low, high = int(positions.min()), int(positions.max())
+        if low < 0:
+            raise ValueError(f"{name} must be >= 0, got {low}")
+        if high >= MAX_POSITION:
+            raise ValueError(
+                f"{name} must be < 2**53 (float64 angles hold every integer below it), got {high}"
+            )
+        return
+    torch._assert_async(positions.min() >= 0, f"{name} must be >= 0")
+    if positions.dtype == torch.int64:
+        torch._assert_async(positions.max() < MAX_POSITION, f"{name} must be < 2**53")
 
 
 class RotaryEmbedding(nn.Module):
@@ -59,9 +96,9 @@ class RotaryEmbedding(nn.Module):
     head_dim : the last axis of the inputs; even.
     base : θ_i = base^(-2i/rotary_dim), i = 0 .. rotary_dim/2 - 1.
     pairing : ``"half"`` rotates (x_i, x_{i+r/2}), as GPT-NeoX and Hugging Face code
-        arrange features; ``"interleaved"`` rotates (x_{2i}, x_{2i+1}), as RoFormer and
-        Meta's LLaMA code do. The two are the same map up to a fixed permutation of
-        columns.
+        arrange features; ``"interleaved"`` rotates (x_{2i}, x_{2i+1}), as RoFormer,
+        GPT-J and Meta's LLaMA code do. The two are the same map up to a fixed
+        permutation of columns.
     frequencies : float array (rotary_dim // 2,), optional: the speed of every pair in
         place of base^(-2i/rotary_dim), for instance from
         :func:`posenc.long_context.scaled_frequencies`.
@@ -69,20 +106,28 @@ class RotaryEmbedding(nn.Module):
         head_dim) are rotated; the rest pass through. Default: head_dim.
     attention_scale : multiplies cos and sin (YaRN's temperature: logits scale by its
         square). Default 1.
+    layout : ``"bhsd"`` (default): x is (..., seq, head_dim), as (batch, heads, seq,
+        head_dim); ``"bshd"``: x is (..., seq, heads, head_dim), as (batch, seq, heads,
+        head_dim), the layout of flash-attention and of q before the transpose in
+        Hugging Face models.
 
-    ``forward(x, positions=None)`` takes x of shape (..., seq, head_dim) in any floating
-    dtype and returns a tensor of the same shape, dtype and device. ``positions`` is None
-    (0 .. seq - 1), a (seq,) integer tensor shared by every leading axis, or a
-    (batch, seq) tensor for x of shape (batch, heads, seq, head_dim): row b gives the
-    positions of sequence b for all of its heads. A (batch, seq) tensor is never matched
-    against the heads axis, even when batch equals heads; any other shape is refused.
+    ``forward(x, positions=None)`` takes x in any floating dtype and returns a tensor of
+    the same shape, dtype and device. ``positions`` is None (0 .. seq - 1), a (seq,)
+    integer tensor shared by every leading axis, or a (batch, seq) tensor for a 4-D x
+    whose first axis is the batch: row b gives the positions of sequence b for all of
+    its heads; a (1, seq) tensor, as Hugging Face models pass by default, is shared by
+    the whole batch. A (batch, seq) tensor is never matched against the heads axis,
+    even when batch equals heads; any other shape is refused. Positions are integers
+    in [0, 2**53); on an accelerator that range is asserted on the device
+    (``torch._assert_async``) rather than read back.
 
-    Precision: cos and sin come from float64 angles, rounded once to the dtype of x
-    (error 2**-25 in float32 at any position), and the rotation is computed in that
-    dtype. The tables are a cache, not state: they are kept per (device, dtype), grown
-    when a longer sequence arrives, never stored in ``state_dict`` and rebuilt from the
-    configuration (nothing is reassigned inside ``forward``; ``.to()`` needs no
-    buffer).
+    ``apply(q, k, positions)`` rotates both; :meth:`from_config` reads a Hugging Face
+    model's RoPE configuration; :meth:`cos_sin` gives the tables (``hf_format=True``: in
+    the form a transformers rotary module returns them).
+
+    The tables are a cache, not state: they are kept per (device, dtype), grown when a
+    longer sequence arrives, never stored in ``state_dict`` and rebuilt from the
+    configuration (nothing is reassigned inside ``forward``; ``.to()`` needs no buffer).
     """
 
     def __init__(
@@ -94,6 +139,7 @@ class RotaryEmbedding(nn.Module):
         frequencies=None,
         rotary_dim=None,
         attention_scale=1.0,
+        layout="bhsd",
     ):
         super().__init__()
         self.head_dim = integer("head_dim", head_dim, minimum=2)
@@ -108,35 +154,150 @@ class RotaryEmbedding(nn.Module):
             raise ValueError(f"rotary_dim must be even (RoPE rotates pairs), got {rotary_dim}")
         self.base = positive_finite("base", base)
         self.pairing = choice("pairing", pairing, PAIRINGS)
+        self.layout = choice("layout", layout, LAYOUTS)
         self.attention_scale = positive_finite("attention_scale", attention_scale)
-        pairs = self.rotary_dim // 2
         if frequencies is None:
             theta = self.base ** (
                 -np.arange(0, self.rotary_dim, 2, dtype=np.float64) / self.rotary_dim
             )
         else:
-            if isinstance(frequencies, torch.Tensor):
-                frequencies = frequencies.detach().to("cpu", torch.float64).numpy()
-            theta = np.asarray(frequencies, dtype=np.float64)
-            if theta.shape != (pairs,) or not np.all(np.isfinite(theta)):
-                raise ValueError(
-                    f"frequencies must be {pairs} finite numbers, one per rotated pair "
-                    f"(rotary_dim={self.rotary_dim}), got shape {theta.shape}"
-                )
+            theta = self._pair_speeds("frequencies", frequencies)
         self._theta = theta  # float64, NumPy: never converted by .to() or .half()
-        self._cache: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+        self.rope_parameters: RopeParameters | None = None
+        self._cache: dict[tuple, tuple] = {}
+
+    def _pair_speeds(self, name: str, values) -> np.ndarray:
+        pairs = self.rotary_dim // 2
+        if isinstance(values, torch.Tensor):
+            values = values.detach().to("cpu", torch.float64).numpy()
+        theta = np.asarray(values, dtype=np.float64)
+        if theta.shape != (pairs,) or not np.all(np.isfinite(theta)):
+            raise ValueError(
+                f"{name} must be {pairs} finite numbers, one per rotated pair "
+                f"(rotary_dim={self.rotary_dim}), got shape {theta.shape}"
+            )
+        return theta
+
+    @classmethod
+    def from_config(cls, config, head_dim=None, *, pairing="half", layout="bhsd"):
+        """The RoPE of a Hugging Face model, from its config or its ``rope_parameters``.
+
+        ``config`` is a transformers config (or its ``to_dict()``), or the
+        ``rope_parameters`` dict alone (then ``head_dim`` is required). Every
+        ``rope_type`` transformers defines for these models is read: default, linear,
+        dynamic, yarn (``mscale``, ``mscale_all_dim``, ``attention_factor``,
+        ``truncate``), llama3 and longrope, with ``partial_rotary_factor``. The
+        frequencies are the formulas' exact float64 values (transformers computes them
+        in float32). Dynamic NTK and longrope depend on the length, as in transformers:
+        the length is the largest position plus one, read on the device.
+        (transformers keeps dynamic NTK's grown base until a call shorter than the
+        original length resets it; here each call uses its own length, which is the
+        same during generation, where positions only grow.) ``pairing`` is "half" for
+        Llama-style models and "interleaved" for GPT-J.
+        """
+        from posenc import rope_config
+
+        params = rope_config.rope_parameters(config, head_dim)
+        module = cls(
+            params.head_dim,
+            base=params.base,
+            pairing=pairing,
+            frequencies=params.inv_freq,
+            rotary_dim=params.rotary_dim,
+            attention_scale=params.attention_factor,
+            layout=layout,
+        )
+        module.rope_parameters = params
+        return module
 
     @property
     def frequencies(self) -> np.ndarray:
-        """The rotation speed of each pair (float64, a copy)."""
+        """The rotation speed of each pair (float64, a copy); see :meth:`frequencies_at`."""
         return self._theta.copy()
 
-    def cos_sin(self, positions: torch.Tensor, dtype: torch.dtype, device) -> tuple:
+    def _length_dependent(self) -> bool:
+        params = self.rope_parameters
+        return params is not None and params.switch_length is not None
+
+    def frequencies_at(self, length: int) -> np.ndarray:
+        """The pair speeds used for a sequence whose largest position is ``length - 1``.
+
+        They differ from :attr:`frequencies` only for dynamic NTK and longrope
+        configurations (:meth:`from_config`) past their switch length.
+        """
+        length = integer("length", length, minimum=0)
+        if not self._length_dependent():
+            return self._theta.copy()
+        from posenc import rope_config
+
+        return np.asarray(rope_config.inv_freq_at(self.rope_parameters, length), np.float64)
+
+    def _theta_on(self, device: torch.device, positions: torch.Tensor | None = None):
+        """float64 pair speeds on ``device`` for ``positions`` (no host sync)."""
+        static = self._constant("theta", self._theta, device)
+        if positions is None or not self._length_dependent() or not positions.numel():
+            return static
+        params = self.rope_parameters
+        length = positions.max().to(torch.float64) + 1  # a device scalar, never read back
+        longer = length > params.switch_length
+        if params.long_inv_freq is not None:  # longrope: switch at the original length
+            long = self._constant("long_theta", params.long_inv_freq, device)
+            return torch.where(longer, long, static)
+        # dynamic NTK: the base grows with the length past the switch
+        r = self.rotary_dim
+        factor = params.dynamic_factor
+        grown = params.base * (factor * length / params.switch_length - (factor - 1)) ** (
+            r / (r - 2)
+        )
+        exponents = torch.arange(0, r, 2, dtype=torch.float64, device=device) / r
+        return torch.where(longer, grown ** (-exponents), static)
+
+    @torch.compiler.disable
+    def _constant(self, name: str, array: np.ndarray, device: torch.device) -> torch.Tensor:
+        # float64 constants on a device, copied there once (a copy per call from
+        # pageable host memory can make the host wait for the device)
+        key = (name, device)
+        if device.type == "cpu" or key not in self._cache:
+            values = torch.from_numpy(np.asarray(array, dtype=np.float64))
+            if device.type == "cpu":
+                return values
+            self._cache[key] = values.to(device)
+        return self._cache[key]
+
+    def cos_sin(self, positions, dtype=None, device=None, *, hf_format=False) -> tuple:
         """(cos, sin) of shape positions.shape + (rotary_dim // 2,), times attention_scale.
 
-        Angles are float64 products position * θ_i, rounded once to ``dtype``.
+        Angles are float64 products position * θ_i formed on the positions' device,
+        rounded once to ``dtype`` (default: torch's default dtype) and placed on
+        ``device`` (default: the positions' device). Positions are integers in
+        [0, 2**53).
+
+        ``hf_format=True`` returns what a Hugging Face rotary module returns for
+        ``position_ids`` of the same shape (a (seq,) tensor counts as (1, seq)): tables
+        of width rotary_dim, each angle twice, as [θ_0..θ_{r/2-1}, θ_0..θ_{r/2-1}] for
+        half pairs (``rotate_half``) and θ_0, θ_0, θ_1, θ_1, ... for interleaved pairs.
         """
-        angles = positions.to(torch.float64)[..., None] * torch.from_numpy(self._theta)
+        positions = _integer_positions(positions)
+        dtype = torch.get_default_dtype() if dtype is None else dtype
+        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+            raise TypeError(f"dtype must be a floating-point torch dtype, got {dtype}")
+        _check_position_values(positions)
+        device = positions.device if device is None else torch.device(device)
+        cos, sin = self._cos_sin(positions, dtype, device)
+        if hf_format:
+            if positions.dim() == 1:
+                cos, sin = cos[None], sin[None]
+            if self.pairing == "half":
+                cos, sin = torch.cat((cos, cos), dim=-1), torch.cat((sin, sin), dim=-1)
+            else:
+                cos, sin = cos.repeat_interleave(2, dim=-1), sin.repeat_interleave(2, dim=-1)
+        return cos, sin
+
+    def _cos_sin(self, positions: torch.Tensor, dtype, device) -> tuple:
+        # Checked positions in; no host sync on the way.
+        where = _float64_device(positions.device)
+        positions = positions.to(where)
+        angles = positions.to(torch.float64)[..., None] * self._theta_on(where, positions)
         scale = self.attention_scale
         cos, sin = scale * torch.cos(angles), scale * torch.sin(angles)
         return cos.to(device=device, dtype=dtype), sin.to(device=device, dtype=dtype)
@@ -147,48 +308,158 @@ class RotaryEmbedding(nn.Module):
         # grows (at least doubling) when a longer sequence arrives. ``prepared`` is the
         # form the CPU path multiplies by: cos + i sin for interleaved pairs, cos twice
         # in a row for half pairs.
-        key = (torch.device(device), dtype)
+        device = torch.device(device)
+        if self._length_dependent() and length > self.rope_parameters.switch_length:
+            # past the switch the speeds depend on the length: computed for this call
+            cos, sin = self._cos_sin(torch.arange(length, device=device), dtype, device)
+            return cos, sin, self._prepared(cos, sin, dtype, device)
+        key = (device, dtype)
         cached = self._cache.get(key)
         if cached is None or cached[0].shape[0] < length:
             rows = max(length, 2 * cached[0].shape[0] if cached is not None else length)
-            cos, sin = self.cos_sin(torch.arange(rows), dtype, device)
-            prepared = None
-            if dtype in (torch.float32, torch.float64):
-                if self.pairing == "interleaved":
-                    prepared = torch.complex(cos, sin)
-                else:
-                    prepared = torch.cat((cos, cos), dim=-1)
-            self._cache[key] = cached = (cos, sin, prepared)
+            if self._length_dependent():
+                rows = min(rows, max(length, self.rope_parameters.switch_length))
+            cos, sin = self._cos_sin(torch.arange(rows, device=device), dtype, device)
+            self._cache[key] = cached = (cos, sin, self._prepared(cos, sin, dtype, device))
         cos, sin, prepared = cached
         return cos[:length], sin[:length], None if prepared is None else prepared[:length]
 
-    def forward(self, x: torch.Tensor, positions=None) -> torch.Tensor:
+    def _prepared(self, cos, sin, dtype, device):
+        if device.type != "cpu" or dtype not in (torch.float32, torch.float64):
+            return None
+        if self.pairing == "interleaved":
+            return torch.complex(cos, sin)
+        return torch.cat((cos, cos), dim=-1)
+
+    # --- input checks ------------------------------------------------------------------
+
+    def _check_x(self, x) -> int:
+        """Check x against head_dim and the layout; return its seq axis (negative)."""
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
         if not x.dtype.is_floating_point:
             raise TypeError(f"x must be a floating-point tensor, got dtype {x.dtype}")
-        if x.dim() < 2 or x.shape[-1] != self.head_dim:
+        if self.layout == "bhsd":
+            if x.dim() < 2 or x.shape[-1] != self.head_dim:
+                raise ValueError(
+                    f"x must have shape (..., seq, head_dim) with head_dim = {self.head_dim}, "
+                    f"got {tuple(x.shape)}"
+                )
+            return -2
+        if x.dim() < 3 or x.shape[-1] != self.head_dim:
             raise ValueError(
-                f"x must have shape (..., seq, head_dim) with head_dim = {self.head_dim}, "
-                f"got {tuple(x.shape)}"
+                f"x must have shape (..., seq, heads, head_dim) with head_dim = "
+                f"{self.head_dim} (layout='bshd'), got {tuple(x.shape)}"
             )
-        length = x.shape[-2]
-        if positions is None:
-            cos, sin, prepared = self._tables(length, x.dtype, x.device)
-            if prepared is not None and _fast_path(x):
-                return _rotate_in_blocks(x, prepared, sin, self.pairing, self.rotary_dim)
+        return -3
+
+    def _positions_for(self, positions, x: torch.Tensor, seq_axis: int) -> torch.Tensor:
+        """Check ``positions`` against x; return them as an integer tensor on x's device."""
+        length = x.shape[seq_axis]
+        positions = _integer_positions(positions)
+        if positions.dim() not in (1, 2) or positions.shape[-1] != length:
+            raise ValueError(
+                f"positions must have shape (seq,) or (batch, seq) with seq = {length} "
+                f"(x has shape {tuple(x.shape)}), got {tuple(positions.shape)}"
+            )
+        if positions.dim() == 2:
+            batch_axis_ok = x.dim() == 4 and positions.shape[0] in (1, x.shape[0])
+            if not batch_axis_ok:
+                where = "(batch, heads, seq, head_dim)"
+                if self.layout == "bshd":
+                    where = "(batch, seq, heads, head_dim)"
+                raise ValueError(
+                    f"(batch, seq) positions need x of shape {where} with the same batch "
+                    f"(or a batch of 1 to share): they apply to every head of their "
+                    f"sequence, never along the heads axis; got positions "
+                    f"{tuple(positions.shape)} for x {tuple(x.shape)}"
+                )
+        _check_position_values(positions)
+        return positions.to(x.device)
+
+    # --- the rotation ------------------------------------------------------------------
+
+    def forward(self, x: torch.Tensor, positions=None) -> torch.Tensor:
+        seq_axis = self._check_x(x)
+        plan = self._plan(x, positions, seq_axis)
+        return self._rotate_planned(x, plan)
+
+    def apply(self, q: torch.Tensor, k: torch.Tensor, positions=None) -> tuple:
+        """``(rope(q, positions), rope(k, positions))``, the tables computed once.
+
+        q and k may differ in their number of heads (grouped-query attention); they
+        share the sequence length and the positions.
+        """
+        seq_axis = self._check_x(q)
+        if self._check_x(k) != seq_axis or k.shape[seq_axis] != q.shape[seq_axis]:
+            raise ValueError(
+                f"q and k must have the same sequence length, got q {tuple(q.shape)} and "
+                f"k {tuple(k.shape)}"
+            )
+        plan = self._plan(q, positions, seq_axis)
+        if k.dtype != q.dtype or k.device != q.device:
+            return self._rotate_planned(q, plan), self(k, positions)
+        return self._rotate_planned(q, plan), self._rotate_planned(k, plan)
+
+    def _plan(self, x: torch.Tensor, positions, seq_axis: int) -> dict:
+        """What the rotation of x needs: positions on x's device, or the cached tables."""
+        length = x.shape[seq_axis]
+        plan = {"seq_axis": seq_axis, "positions": None}
+        if positions is not None:
+            plan["positions"] = self._positions_for(positions, x, seq_axis)
+        if _use_triton(x):
+            if plan["positions"] is None and self._length_dependent():
+                speeds = self.frequencies_at(length)
+                plan["triton"] = torch.from_numpy(speeds).to(x.device, non_blocking=True)
+            else:
+                plan["triton"] = self._theta_on(x.device, plan["positions"])
+            return plan
+        if plan["positions"] is None:
+            plan["tables"] = self._tables(length, x.dtype, x.device)
         else:
-            positions = _rotary_positions(positions, x)
-            cos, sin = self.cos_sin(positions, x.dtype, x.device)
-            if positions.dim() == 2:  # (batch, seq, pairs) -> (batch, 1, seq, pairs)
-                cos, sin = cos[:, None], sin[:, None]
+            cos, sin = self._cos_sin(plan["positions"], x.dtype, x.device)
+            plan["tables"] = (cos, sin, self._prepared(cos, sin, x.dtype, x.device))
+        return plan
+
+    def _rotate_planned(self, x: torch.Tensor, plan: dict) -> torch.Tensor:
+        if x.shape[plan["seq_axis"]] == 0:
+            return x.clone()
+        positions = plan["positions"]
+        if "triton" in plan:
+            if positions is not None and positions.dim() == 1:
+                positions = positions[None]
+            if positions is not None and x.dim() == 4 and positions.shape[0] != x.shape[0]:
+                positions = positions.expand(x.shape[0], -1)
+            options = (self.attention_scale, self.pairing, self.rotary_dim, self.layout)
+            return _TritonRotation.apply(x, plan["triton"], positions, *options)
+        cos, sin, prepared = plan["tables"]
+        # (…, seq, pairs) tables, shaped to broadcast against x
+        cos, sin = (
+            _broadcastable(cos, positions, self.layout),
+            _broadcastable(sin, positions, self.layout),
+        )
+        if prepared is not None and _fast_path(x):
+            prepared = _broadcastable(prepared, positions, self.layout)
+            return _rotate_cpu(x, prepared, sin, self.pairing, self.rotary_dim, plan["seq_axis"])
         return _rotate(x, cos, sin, self.pairing, self.rotary_dim)
 
     def extra_repr(self) -> str:
+        params = self.rope_parameters
+        kind = "" if params is None else f", rope_type={params.rope_type!r}"
         return (
             f"head_dim={self.head_dim}, rotary_dim={self.rotary_dim}, base={self.base:g}, "
-            f"pairing={self.pairing!r}, attention_scale={self.attention_scale:g}"
+            f"pairing={self.pairing!r}, layout={self.layout!r}, "
+            f"attention_scale={self.attention_scale:g}{kind}"
         )
+
+
+def _broadcastable(table: torch.Tensor, positions, layout: str) -> torch.Tensor:
+    """A (seq, w) or (batch, seq, w) table shaped to broadcast against x."""
+    if layout == "bshd":
+        return table.unsqueeze(-2)  # (seq, 1, w) or (batch, seq, 1, w): every head
+    if positions is not None and positions.dim() == 2:
+        return table.unsqueeze(1)  # (batch, 1, seq, w): every head
+    return table
 
 
 def _rotate(x, cos, sin, pairing: str, r: int) -> torch.Tensor:
@@ -218,29 +489,76 @@ def _fast_path(x: torch.Tensor) -> bool:
     )
 
 
-def _rotate_in_blocks(x, prepared, sin, pairing: str, r: int) -> torch.Tensor:
-    # The same numbers as _rotate, computed with fewer passes over memory (chapter 11).
-    # The work goes one block of ROTARY_BLOCK_ROWS rows of one head at a time, small
-    # enough to stay in cache while it is read several times.
-    #   interleaved: (x0 + i x1)(cos + i sin), one complex product per block;
+def _rotate_cpu(x, prepared, sin, pairing: str, r: int, seq_axis: int) -> torch.Tensor:
+    # The same numbers as _rotate, in fewer passes over memory, every head at once:
+    #   interleaved: (x0 + i x1)(cos + i sin), one complex product;
     #   half: out = x * [cos, cos], then out0 -= x1 sin and out1 += x0 sin.
-    length, width = x.shape[-2], x.shape[-1]
+    # One block of ROTARY_BLOCK_ROWS positions at a time (one block up to that length):
+    # the number of operations grows with the length, never with batch or heads.
+    length = x.shape[seq_axis]
     out = torch.empty_like(x)
-    xs, outs = x.reshape(-1, length, width), out.view(-1, length, width)
     half, step = r // 2, ROTARY_BLOCK_ROWS
     if pairing == "interleaved":
-        xc = torch.view_as_complex(xs[..., :r].unflatten(-1, (half, 2)))
-        oc = torch.view_as_complex(outs[..., :r].unflatten(-1, (half, 2)))
+        xc = torch.view_as_complex(x[..., :r].unflatten(-1, (half, 2)))
+        oc = torch.view_as_complex(out[..., :r].unflatten(-1, (half, 2)))
     for start in range(0, length, step):
         rows = slice(start, start + step)
+        size = min(step, length - start)
+        xb, ob = x.narrow(seq_axis, start, size), out.narrow(seq_axis, start, size)
+        tb = _rows(prepared, seq_axis, rows)
         if pairing == "interleaved":
-            torch.mul(xc[:, rows], prepared[rows], out=oc[:, rows])
+            torch.mul(xc.narrow(seq_axis, start, size), tb, out=oc.narrow(seq_axis, start, size))
             continue
-        c2, s = prepared[rows], sin[rows]
-        for xb, ob in zip(xs[:, rows], outs[:, rows], strict=True):
-            torch.mul(xb[:, :r], c2, out=ob[:, :r])
-            ob[:, :half].addcmul_(xb[:, half:r], s, value=-1)
-            ob[:, half:r].addcmul_(xb[:, :half], s)
-    if r < width:
-        outs[..., r:] = xs[..., r:]
+        sb = _rows(sin, seq_axis, rows)
+        torch.mul(xb[..., :r], tb, out=ob[..., :r])
+        ob[..., :half].addcmul_(xb[..., half:r], sb, value=-1)
+        ob[..., half:r].addcmul_(xb[..., :half], sb)
+    if r < x.shape[-1]:
+        out[..., r:] = x[..., r:]
     return out
+
+
+def _rows(table: torch.Tensor, seq_axis: int, rows: slice) -> torch.Tensor:
+    """Rows ``rows`` of a broadcastable table along x's seq axis (size 1 stays)."""
+    axis = table.dim() + seq_axis
+    if axis < 0 or table.shape[axis] == 1:
+        return table
+    return table[(slice(None),) * axis + (rows,)]
+
+
+def _use_triton(x: torch.Tensor) -> bool:
+    """The fused kernel applies: x 4-D on CUDA in a dtype it computes, Triton present."""
+    if x.device.type != "cuda" or x.dim() != 4:
+        return False
+    from posenc import rotary_triton
+
+    return (
+        x.dtype in (torch.float32, torch.bfloat16, torch.float16)
+        and x.stride(-1) == 1
+        and not torch.compiler.is_compiling()
+        and rotary_triton.available(x)
+    )
+
+
+class _TritonRotation(torch.autograd.Function):
+    """The fused kernel with its gradient: a rotation's transpose is the inverse rotation."""
+
+    @staticmethod
+    def forward(ctx, x, theta, positions, scale, pairing, rotary_dim, layout):
+        ctx.save_for_backward(theta, positions if positions is not None else theta.new_empty(0))
+        ctx.has_positions = positions is not None
+        ctx.options = {"scale": scale, "pairing": pairing, "rotary_dim": rotary_dim}
+        ctx.layout = layout
+        from posenc import rotary_triton
+
+        return rotary_triton.rotate(x, theta, positions, layout=layout, **ctx.options)
+
+    @staticmethod
+    def backward(ctx, grad):
+        theta, positions = ctx.saved_tensors
+        positions = positions if ctx.has_positions else None
+        grad = grad if grad.stride(-1) == 1 else grad.contiguous()
+        from posenc import rotary_triton
+
+        dx = rotary_triton.rotate(grad, -theta, positions, layout=ctx.layout, **ctx.options)
+        return dx, None, None, None, None, None, None
