@@ -82,12 +82,36 @@ def test_goals_are_met_only_within_their_targets():
     }
 
 
+def test_busy_goals_compare_each_pairing_with_rotate_half_in_its_own_rounds():
+    def row(shape, threads, method, ratio):
+        return {"shape": shape, "threads": threads, "method": method, "x_rotate_half": ratio}
+
+    rows = [
+        row([1, 2, 3, 4], 1, "clone", 0.2),
+        row([1, 2, 3, 4], 1, "rotate_half", 1.0),
+        row([1, 2, 3, 4], 1, "posenc_half", 0.9),
+        row([1, 2, 3, 4], 2, "posenc_interleaved", 1.3),
+    ]
+    found = rb.busy_goals(rows)
+    assert [(g["goal"], g["met"]) for g in found] == [
+        ("busy core, 1x2x3x4, 1 thread(s), half: x rotate_half", True),
+        ("busy core, 1x2x3x4, 2 thread(s), interleaved: x rotate_half", False),
+    ]
+
+
+def test_busy_core_keeps_a_process_running_and_stops_it():
+    with rb.busy_core() as spinner:
+        assert spinner.poll() is None
+    assert spinner.poll() is not None
+
+
 @pytest.mark.slow
 def test_quick_run_writes_the_results(tmp_path):
     out = tmp_path / "rope.json"
     done = run_benchmark_quick("rope.py", out)
     assert "goals" in done.stdout and "posenc_half" in done.stdout
     _check_results(json.loads(out.read_text()), rb.QUICK_SHAPE, compiled=False)
+    _check_busy(json.loads((tmp_path / "rope_busy.json").read_text()), rb.QUICK_BUSY_SHAPES)
 
 
 def test_the_committed_results_are_a_full_run():
@@ -95,6 +119,26 @@ def test_the_committed_results_are_a_full_run():
     _check_results(results, rb.SHAPE, compiled=True)
     assert results["machine"]["torch_threads"] == rb.THREADS
     assert set(results["compile"]) == set(rb.PAIRINGS)
+
+
+def test_the_committed_busy_results_are_a_full_run():
+    _check_busy(json.loads((ROOT / "data" / "rope_busy.json").read_text()), rb.BUSY_SHAPES)
+
+
+def _check_busy(results, shapes):
+    methods = {"clone", "rotate_half", "posenc_half", "posenc_interleaved"}
+    keys = {(tuple(r["shape"]), r["threads"], r["method"]) for r in results["times"]}
+    assert keys == {(tuple(s), t, m) for s in shapes for t in rb.BUSY_THREADS for m in methods}
+    for row in results["times"]:
+        assert 0 < row["seconds_min"] <= row["seconds"] <= row["seconds_max"]
+        reference = next(
+            r["seconds"]
+            for r in results["times"]
+            if (r["shape"], r["threads"], r["method"])
+            == (row["shape"], row["threads"], "rotate_half")
+        )
+        assert row["x_rotate_half"] == pytest.approx(row["seconds"] / reference)
+    assert len(results["goals"]) == 2 * len(shapes) * len(rb.BUSY_THREADS)
 
 
 def _check_results(results, shape, *, compiled):

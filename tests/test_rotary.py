@@ -359,3 +359,71 @@ def test_the_cpu_path_issues_a_few_operations_whatever_the_number_of_heads():
             module(long)
         arithmetic = [n for n, _ in recorder.ops if n.startswith(("aten.mul", "aten.addcmul"))]
         assert len(arithmetic) == 3 * per_block  # 5,000 positions: three blocks
+
+
+# --- the fused kernel's place in forward (run in Triton's interpreter on the CPU) ------
+
+
+@pytest.fixture
+def through_the_kernel(monkeypatch):
+    """RotaryEmbedding routed to posenc.rotary_triton as on CUDA, in the interpreter."""
+    pytest.importorskip("triton")
+    import posenc.rotary as rotary
+    from posenc import rotary_triton
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    calls = []
+    real = rotary_triton.rotate
+
+    def counted(*args, **kwargs):
+        calls.append(kwargs.get("layout"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(rotary_triton, "rotate", counted)
+    monkeypatch.setattr(rotary, "_use_triton", lambda x: x.dim() == 4 and x.dtype != torch.float64)
+    return calls
+
+
+@pytest.mark.parametrize("pairing", ["half", "interleaved"])
+@pytest.mark.parametrize("layout", ["bhsd", "bshd"])
+@pytest.mark.parametrize("positions", [None, "shared", "batch", "batch_of_one"])
+def test_the_kernel_path_gives_the_formula_and_its_gradient(
+    through_the_kernel, pairing, layout, positions
+):
+    table = {
+        None: None,
+        "shared": torch.arange(100, 109),
+        "batch": torch.stack((torch.arange(9), torch.arange(999_990, 999_999))),
+        "batch_of_one": torch.arange(5, 14)[None],
+    }[positions]
+    module = pt.RotaryEmbedding(16, pairing=pairing, rotary_dim=12, layout=layout)
+    shape = (2, 3, 9, 16) if layout == "bhsd" else (2, 9, 3, 16)
+    x = torch.randn(shape, dtype=torch.float64)
+    weights = torch.randn(shape, dtype=torch.float64)
+    # the kernel in float32; the reference: the formula in float64
+    x32 = x.float().requires_grad_()
+    got = module(x32, table)
+    (got.double() * weights).sum().backward()
+    assert through_the_kernel == [layout, layout]  # forward, then backward
+    x64 = x.clone().requires_grad_()
+    want = module(x64, table)
+    (want * weights).sum().backward()
+    # float32 cos and sin from float64 angles, then float32 arithmetic
+    bound = float32_bound(x) + 2**-24 * float(x.abs().max())
+    assert (got.double() - want).abs().max() <= bound
+    grad_bound = float32_bound(weights) + 2**-24 * float(weights.abs().max())
+    assert (x32.grad.double() - x64.grad).abs().max() <= grad_bound
+
+
+def test_the_kernel_path_for_dynamic_ntk_uses_the_grown_speeds(through_the_kernel):
+    params = {"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 2.0}
+    config = {"rope_parameters": params, "head_dim": 16, "max_position_embeddings": 16}
+    module = pt.RotaryEmbedding.from_config(config)
+    x = torch.randn(1, 2, 24, 16)
+    positions = torch.arange(24)
+    eager = pt.RotaryEmbedding(16, frequencies=module.frequencies_at(24))
+    want = eager(x.double(), positions)
+    for table in (None, positions):
+        got = module(x, table)
+        assert (got.double() - want).abs().max() <= 2 * float32_bound(x)
+    assert len(through_the_kernel) == 2

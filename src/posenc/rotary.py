@@ -170,7 +170,7 @@ class RotaryEmbedding(nn.Module):
         pairs = self.rotary_dim // 2
         if isinstance(values, torch.Tensor):
             values = values.detach().to("cpu", torch.float64).numpy()
-        theta = np.asarray(values, dtype=np.float64)
+        theta = np.array(values, dtype=np.float64)  # a copy the module owns
         if theta.shape != (pairs,) or not np.all(np.isfinite(theta)):
             raise ValueError(
                 f"{name} must be {pairs} finite numbers, one per rotated pair "
@@ -230,7 +230,7 @@ class RotaryEmbedding(nn.Module):
             return self._theta.copy()
         from posenc import rope_config
 
-        return np.asarray(rope_config.inv_freq_at(self.rope_parameters, length), np.float64)
+        return np.array(rope_config.inv_freq_at(self.rope_parameters, length), np.float64)
 
     def _theta_on(self, device: torch.device, positions: torch.Tensor | None = None):
         """float64 pair speeds on ``device`` for ``positions`` (no host sync)."""
@@ -258,7 +258,7 @@ class RotaryEmbedding(nn.Module):
         # pageable host memory can make the host wait for the device)
         key = (name, device)
         if device.type == "cpu" or key not in self._cache:
-            values = torch.from_numpy(np.asarray(array, dtype=np.float64))
+            values = torch.from_numpy(np.array(array, dtype=np.float64))
             if device.type == "cpu":
                 return values
             self._cache[key] = values.to(device)

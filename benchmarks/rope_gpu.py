@@ -1,0 +1,314 @@
+"""Time RoPE on a CUDA GPU (issue 38): clone, Hugging Face's form, torch.compile, posenc.
+
+Run on a machine with a CUDA GPU: ``python benchmarks/rope_gpu.py [--out PATH]``. It
+measures, with the median of ``triton.testing.do_bench``, q of the issue's shapes in
+bfloat16 and float32:
+
+- ``clone``: ``q.clone()``, one read and one write, the bound;
+- ``hf_eager``: transformers' ``LlamaRotaryEmbedding`` (cos and sin for the positions)
+  then ``apply_rotary_pos_emb`` (``rotate_half``), as a Llama layer runs them;
+- ``hf_compiled``: ``torch.compile`` of that;
+- ``posenc_half``, ``posenc_interleaved``: ``posenc.rotary.RotaryEmbedding`` called as
+  ``module(q, positions)`` with positions None, and ``posenc_half_positions`` with
+  (batch, seq) positions on the device;
+- ``triton_half``, ``triton_interleaved``: :func:`posenc.rotary_triton.rotate` itself;
+
+plus decode, q of (64, 32, 1, 128) at position 4095. It checks float32 accuracy on the
+GPU (<= 1e-6 against float64 at positions up to 10**6), runs posenc's module once under
+``torch.cuda.set_sync_debug_mode("error")`` (a host sync raises), writes
+``data/rope_gpu.json`` (GPU, driver, versions, every time in ms and as a multiple of
+the clone, the goals) and exits 1 if a goal is missed, 2 where there is no CUDA GPU.
+
+The goals (issue 38): posenc <= 1.25 x clone; with positions <= 1.5 x the time without;
+decode no slower than Hugging Face's module + ``apply_rotary_pos_emb``. Evaluating them
+and formatting the report are the pure functions :func:`goals` and :func:`format_report`
+(tested on the CPU with made-up timings).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+SHAPES = (
+    ((1, 32, 4096, 128), "bfloat16"),
+    ((8, 32, 4096, 128), "bfloat16"),
+    ((8, 32, 4096, 128), "float32"),
+    ((1, 8, 32768, 128), "float32"),
+)
+DECODE_SHAPE = (64, 32, 1, 128)
+DECODE_POSITION = 4095
+DTYPES = ("bfloat16", "float32")
+BASE = 10000.0
+GOAL_MULTIPLE_OF_CLONE = 1.25
+GOAL_POSITIONS_OVER_NONE = 1.5
+ACCURACY_BOUND = 1e-6
+ACCURACY_POSITION = 10**6
+POSENC_METHODS = ("posenc_half", "posenc_interleaved")
+DEFAULT_OUT = Path("data") / "rope_gpu.json"
+
+
+def goals(rows: list[dict], decode: list[dict], accuracy: list[dict], no_sync: dict) -> list[dict]:
+    """Each goal of the issue with its measured value and ``met``.
+
+    ``rows``: one per (shape, dtype) with ``times`` in ms (keys: clone, posenc_half,
+    posenc_interleaved, posenc_half_positions, ...). ``decode``: one per dtype with
+    ``times`` (posenc_half_positions, hf_eager). ``accuracy``: rows with ``error`` and
+    ``bound``. ``no_sync``: ``{"ok": bool, "detail": str}``.
+    """
+    found = []
+    for row in rows:
+        times, name = row["times"], f"{tuple(row['shape'])} {row['dtype']}"
+        for method in POSENC_METHODS:
+            ratio = times[method] / times["clone"]
+            found.append(
+                {
+                    "goal": f"{method} <= {GOAL_MULTIPLE_OF_CLONE} x clone, {name}",
+                    "value": ratio,
+                    "met": ratio <= GOAL_MULTIPLE_OF_CLONE,
+                }
+            )
+        ratio = times["posenc_half_positions"] / times["posenc_half"]
+        found.append(
+            {
+                "goal": f"positions <= {GOAL_POSITIONS_OVER_NONE} x positions=None, {name}",
+                "value": ratio,
+                "met": ratio <= GOAL_POSITIONS_OVER_NONE,
+            }
+        )
+    for row in decode:
+        ratio = row["times"]["posenc_half_positions"] / row["times"]["hf_eager"]
+        found.append(
+            {
+                "goal": f"decode {tuple(row['shape'])} {row['dtype']} no slower than HF (x HF)",
+                "value": ratio,
+                "met": ratio <= 1.0,
+            }
+        )
+    for row in accuracy:
+        found.append(
+            {
+                "goal": f"float32 error <= {row['bound']:g} at positions up to "
+                f"{row['position']:,}, {row['method']}",
+                "value": row["error"],
+                "met": row["error"] <= row["bound"],
+            }
+        )
+    found.append(
+        {"goal": "no host sync in forward", "value": no_sync["detail"], "met": no_sync["ok"]}
+    )
+    return found
+
+
+def with_multiples(rows: list[dict]) -> list[dict]:
+    """Rows with ``x_clone``: every time as a multiple of that row's clone."""
+    return [
+        {**row, "x_clone": {k: t / row["times"]["clone"] for k, t in row["times"].items()}}
+        for row in rows
+    ]
+
+
+def format_report(results: dict) -> str:
+    """The tables and the goals as text."""
+    lines = [f"RoPE on {results['gpu']} (driver {results['driver']})", ""]
+    for title, key in (("prefill", "rows"), ("decode", "decode")):
+        lines.append(f"{title}: median ms (x clone)")
+        for row in with_multiples(results[key]):
+            cells = ", ".join(
+                f"{method} {t:.4f} ({row['x_clone'][method]:.2f}x)"
+                for method, t in row["times"].items()
+            )
+            lines.append(f"  {tuple(row['shape'])} {row['dtype']}: {cells}")
+    lines.append("goals:")
+    for goal in results["goals"]:
+        value = goal["value"]
+        shown = f"{value:.3g}" if isinstance(value, float) else str(value)
+        lines.append(f"  [{'met' if goal['met'] else 'MISSED'}] {goal['goal']}: {shown}")
+    return "\n".join(lines)
+
+
+def all_met(results: dict) -> bool:
+    return all(goal["met"] for goal in results["goals"])
+
+
+def _driver() -> str:
+    try:
+        done = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        )
+        return done.stdout.strip().splitlines()[0]
+    except (OSError, subprocess.SubprocessError, IndexError):
+        import torch
+
+        return f"CUDA {torch.version.cuda} (nvidia-smi unavailable)"
+
+
+def _hf_rotary(head_dim: int, device):
+    """transformers' LlamaRotaryEmbedding and apply_rotary_pos_emb, for one head_dim."""
+    from transformers import LlamaConfig
+    from transformers.models.llama.modeling_llama import (
+        LlamaRotaryEmbedding,
+        apply_rotary_pos_emb,
+    )
+
+    config = LlamaConfig(
+        hidden_size=head_dim * 32,
+        num_attention_heads=32,
+        head_dim=head_dim,
+        rope_parameters={"rope_type": "default", "rope_theta": BASE},
+    )
+    return LlamaRotaryEmbedding(config).to(device), apply_rotary_pos_emb
+
+
+def _methods(q, positions, hf_module, apply_rotary_pos_emb):
+    """name -> zero-argument callable, for one q."""
+    import torch
+
+    from posenc import rotary_triton
+    from posenc.rotary import RotaryEmbedding
+
+    head_dim = q.shape[-1]
+    half = RotaryEmbedding(head_dim, base=BASE)
+    interleaved = RotaryEmbedding(head_dim, base=BASE, pairing="interleaved")
+    theta = torch.from_numpy(half.frequencies).to(q.device)
+
+    def hf(q):
+        cos, sin = hf_module(q, positions)
+        return apply_rotary_pos_emb(q, q, cos, sin)[0]
+
+    compiled = torch.compile(hf)
+    return {
+        "clone": lambda: q.clone(),
+        "hf_eager": lambda: hf(q),
+        "hf_compiled": lambda: compiled(q),
+        "posenc_half": lambda: half(q),
+        "posenc_interleaved": lambda: interleaved(q),
+        "posenc_half_positions": lambda: half(q, positions),
+        "posenc_interleaved_positions": lambda: interleaved(q, positions),
+        "triton_half": lambda: rotary_triton.rotate(q, theta),
+        "triton_interleaved": lambda: rotary_triton.rotate(q, theta, pairing="interleaved"),
+    }
+
+
+def measure(shape, dtype_name: str, *, start: int = 0) -> dict:
+    """Median ms of every method for q of ``shape``; positions start .. start + seq - 1."""
+    import torch
+    from triton.testing import do_bench
+
+    dtype = getattr(torch, dtype_name)
+    q = torch.randn(shape, device="cuda", dtype=dtype)
+    batch, _, seq, head_dim = shape
+    positions = (torch.arange(seq, device="cuda") + start).expand(batch, seq).contiguous()
+    hf_module, apply = _hf_rotary(head_dim, "cuda")
+    times = {}
+    for name, call in _methods(q, positions, hf_module, apply).items():
+        times[name] = float(do_bench(call, return_mode="median"))
+    return {"shape": list(shape), "dtype": dtype_name, "start": start, "times": times}
+
+
+def check_accuracy() -> list[dict]:
+    """Largest float32 error against float64, |x| <= 1, positions up to 10**6, on the GPU."""
+    import torch
+
+    from posenc import rotary_triton
+    from posenc.rotary import RotaryEmbedding
+
+    batch, heads, seq, head_dim = 2, 4, 512, 128
+    x = torch.rand(batch, heads, seq, head_dim, device="cuda", dtype=torch.float64) * 2 - 1
+    positions = torch.randint(0, ACCURACY_POSITION + 1, (batch, seq), device="cuda")
+    positions[:, -1] = ACCURACY_POSITION
+    found = []
+    for pairing in ("half", "interleaved"):
+        module = RotaryEmbedding(head_dim, base=BASE, pairing=pairing)
+        theta = torch.from_numpy(module.frequencies).to("cuda")
+        exact = module(x, positions)  # float64 throughout: the yardstick
+        xf = x.float()
+        for method, got in (
+            (f"posenc_{pairing}", module(xf, positions)),
+            (f"triton_{pairing}", rotary_triton.rotate(xf, theta, positions, pairing=pairing)),
+        ):
+            error = float((got.double() - exact).abs().max())
+            found.append(
+                {
+                    "method": method,
+                    "position": ACCURACY_POSITION,
+                    "error": error,
+                    "bound": ACCURACY_BOUND,
+                }
+            )
+    return found
+
+
+def check_no_sync() -> dict:
+    """Run posenc's forward with positions under set_sync_debug_mode("error")."""
+    import torch
+
+    from posenc.rotary import RotaryEmbedding
+
+    q = torch.randn(2, 4, 16, 128, device="cuda")
+    positions = torch.arange(16, device="cuda").expand(2, 16).contiguous()
+    module = RotaryEmbedding(128, base=BASE)
+    module(q, positions), module(q)  # warm: compile, build caches
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        module(q, positions)
+        module(q)
+    except RuntimeError as error:
+        return {"ok": False, "detail": str(error).splitlines()[0]}
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    return {"ok": True, "detail": "no sync"}
+
+
+def run() -> dict:
+    import torch
+    import transformers
+    import triton
+
+    rows = [measure(shape, dtype) for shape, dtype in SHAPES]
+    decode = [measure(DECODE_SHAPE, dtype, start=DECODE_POSITION) for dtype in DTYPES]
+    accuracy, no_sync = check_accuracy(), check_no_sync()
+    results = {
+        "gpu": torch.cuda.get_device_name(),
+        "driver": _driver(),
+        "cuda": torch.version.cuda,
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "transformers": transformers.__version__,
+        "rows": with_multiples(rows),
+        "decode": with_multiples(decode),
+        "accuracy": accuracy,
+        "no_sync": no_sync,
+    }
+    results["goals"] = goals(rows, decode, accuracy, no_sync)
+    return results
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    args = parser.parse_args(argv)
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    if torch is None or not torch.cuda.is_available():
+        print("rope_gpu.py needs a CUDA GPU (torch.cuda.is_available() is False)", file=sys.stderr)
+        return 2
+    results = run()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=1) + "\n")
+    print(format_report(results))
+    return 0 if all_met(results) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,103 @@
+"""benchmarks/rope_gpu.py on the CPU: goal evaluation and the report with made-up timings,
+and the exit status where there is no CUDA GPU."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import pytest
+
+from conftest import ROOT
+
+spec = importlib.util.spec_from_file_location("rope_gpu", ROOT / "benchmarks" / "rope_gpu.py")
+rope_gpu = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(rope_gpu)
+
+
+def synthetic(**overrides):
+    """Results where every goal is met, with ``overrides`` applied to the first row's times."""
+    times = {
+        "clone": 0.2,
+        "hf_eager": 1.8,
+        "hf_compiled": 0.21,
+        "posenc_half": 0.22,
+        "posenc_interleaved": 0.23,
+        "posenc_half_positions": 0.24,
+        "triton_half": 0.22,
+        "triton_interleaved": 0.23,
+    }
+    rows = [
+        {"shape": [1, 32, 4096, 128], "dtype": "bfloat16", "times": {**times, **overrides}},
+        {"shape": [8, 32, 4096, 128], "dtype": "float32", "times": dict(times)},
+    ]
+    decode = [
+        {
+            "shape": [64, 32, 1, 128],
+            "dtype": "bfloat16",
+            "times": {"clone": 0.004, "hf_eager": 0.05, "posenc_half_positions": 0.006},
+        }
+    ]
+    accuracy = [{"method": "triton_half", "position": 10**6, "error": 4e-7, "bound": 1e-6}]
+    return rows, decode, accuracy, {"ok": True, "detail": "no sync"}
+
+
+def test_all_goals_met():
+    found = rope_gpu.goals(*synthetic())
+    # 2 rows x (2 pairings + positions) + decode + accuracy + no sync
+    assert len(found) == 2 * 3 + 1 + 1 + 1
+    assert all(goal["met"] for goal in found)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "missed"),
+    [
+        ({"posenc_half": 0.26, "posenc_half_positions": 0.27}, "posenc_half <= 1.25 x clone"),
+        ({"posenc_interleaved": 0.3}, "posenc_interleaved <= 1.25 x clone"),
+        ({"posenc_half_positions": 0.34}, "positions <= 1.5 x positions=None"),
+    ],
+)
+def test_a_missed_goal_is_reported(overrides, missed):
+    found = rope_gpu.goals(*synthetic(**overrides))
+    failed = [goal["goal"] for goal in found if not goal["met"]]
+    assert len(failed) == 1 and failed[0].startswith(missed), failed
+
+
+def test_decode_accuracy_and_sync_goals_can_fail():
+    rows, decode, accuracy, _ = synthetic()
+    decode[0]["times"]["posenc_half_positions"] = 0.06
+    accuracy[0]["error"] = 2e-6
+    found = rope_gpu.goals(rows, decode, accuracy, {"ok": False, "detail": "synchronizing"})
+    failed = [goal["goal"] for goal in found if not goal["met"]]
+    assert len(failed) == 3
+    assert failed[0].startswith("decode") and failed[1].startswith("float32 error")
+    assert failed[2] == "no host sync in forward"
+
+
+def test_report_and_multiples():
+    rows, decode, accuracy, no_sync = synthetic(posenc_half=0.3)
+    results = {
+        "gpu": "Made-up GPU",
+        "driver": "0.0",
+        "rows": rope_gpu.with_multiples(rows),
+        "decode": rope_gpu.with_multiples(decode),
+        "goals": rope_gpu.goals(rows, decode, accuracy, no_sync),
+    }
+    assert results["rows"][0]["x_clone"]["posenc_half"] == pytest.approx(1.5)
+    assert results["rows"][0]["x_clone"]["clone"] == 1.0
+    report = rope_gpu.format_report(results)
+    assert "Made-up GPU" in report
+    assert "posenc_half 0.3000 (1.50x)" in report
+    assert "[MISSED] posenc_half <= 1.25 x clone, (1, 32, 4096, 128) bfloat16: 1.5" in report
+    assert not rope_gpu.all_met(results)
+    json.dumps(results)  # what main() writes
+
+
+def test_main_exits_2_without_cuda(monkeypatch, tmp_path, capsys):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    out = tmp_path / "rope_gpu.json"
+    assert rope_gpu.main(["--out", str(out)]) == 2
+    assert "needs a CUDA GPU" in capsys.readouterr().err
+    assert not out.exists()
