@@ -55,7 +55,8 @@ execute: $(STAMP)
 	$(BIN)/python -m tools.execute_notebooks $(NOTEBOOKS)
 
 ## bench: time every construction of the table, and every way of applying RoPE, side by
-## side (chapter 11); writes data/benchmark.json and data/rope_benchmark.json. Never
+## side (chapter 11); writes data/benchmark.json, data/rope_benchmark.json and
+## data/rope_busy.json (RoPE with one core kept busy by another process). Never
 ## part of test: timings are measured, not asserted. Fails if a goal is missed.
 bench: $(STAMP)
 	$(BIN)/python benchmarks/tables.py; tables=$$?; \
