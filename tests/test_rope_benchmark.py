@@ -39,7 +39,7 @@ def test_float32_angles_err_by_the_rounding_of_a_large_angle():
             assert errors[method, start] <= rb.GOAL_FLOAT32_ERROR
 
 
-def test_the_unblocked_and_formula_forms_give_the_module_result():
+def test_the_unblocked_by_head_and_formula_forms_give_the_module_result():
     from posenc.torch import RotaryEmbedding
 
     q = torch.randn(1, 2, 40, 16, generator=torch.Generator().manual_seed(1))
@@ -47,6 +47,7 @@ def test_the_unblocked_and_formula_forms_give_the_module_result():
     with torch.no_grad():
         want = module(q)
         torch.testing.assert_close(rb.unblocked_half(module)(q), want, rtol=0, atol=1e-6)
+        torch.testing.assert_close(rb.by_head_half(module)(q), want, rtol=0, atol=1e-6)
         torch.testing.assert_close(rb.formula(module)(q), want, rtol=0, atol=1e-6)
 
 
@@ -126,7 +127,7 @@ def test_the_committed_busy_results_are_a_full_run():
 
 
 def _check_busy(results, shapes):
-    methods = {"clone", "rotate_half", "posenc_half", "posenc_interleaved"}
+    methods = {"clone", "rotate_half", "posenc_half", "posenc_interleaved", "by_head_half"}
     keys = {(tuple(r["shape"]), r["threads"], r["method"]) for r in results["times"]}
     assert keys == {(tuple(s), t, m) for s in shapes for t in rb.BUSY_THREADS for m in methods}
     for row in results["times"]:
@@ -143,7 +144,8 @@ def _check_busy(results, shapes):
 
 def _check_results(results, shape, *, compiled):
     assert results["shape"] == list(shape) and results["dtype"] == "float32"
-    names = {"clone", "rotate_half", "formula_half", "unblocked_half", "posenc_half"}
+    names = {"clone", "rotate_half", "formula_half", "unblocked_half", "by_head_half"}
+    names |= {"posenc_half"}
     names |= {"posenc_interleaved", "np_copy", "numpy_half", "numpy_interleaved"}
     assert names <= set(results["times"])
     for row in results["times"].values():

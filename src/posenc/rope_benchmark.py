@@ -9,9 +9,12 @@ round by round, ways of applying it to ``q`` of shape (1, 32, 2048, 128) in floa
 - ``rotate_half``: ``q * cos + rotate_half(q) * sin`` with cos and sin of width
   head_dim precomputed, the formulation of GPT-NeoX and Hugging Face code;
 - ``formula_half``: the plain pair formula ``(x0 cos - x1 sin, x0 sin + x1 cos)``;
-- ``unblocked_half``: the same three passes as ``posenc_half`` over the whole tensor at
-  once (what blocking by head buys);
-- ``posenc_half`` and ``posenc_interleaved``: :class:`posenc.torch.RotaryEmbedding`;
+- ``unblocked_half``: three passes (out = x * [cos, cos], then two fused multiply-adds)
+  over the whole tensor at once;
+- ``by_head_half``: the same three passes one head at a time, on a slice that stays
+  in cache, and 3 * batch * heads operations a call;
+- ``posenc_half`` and ``posenc_interleaved``: :class:`posenc.torch.RotaryEmbedding`
+  (on the CPU: the three passes, or one complex product, over every head at once);
 - ``compiled_half`` and ``compiled_interleaved``: ``torch.compile`` of the module, where
   it compiles here (it needs a C++ compiler); what happened is recorded either way;
 - NumPy, on one thread: ``np.copy`` and :func:`posenc.alternatives.rope` for both
@@ -25,7 +28,8 @@ The allocator is set so that freed memory is reused (``WARM_MALLOC``), as in a
 model's forward loop, where the same sizes come back every step; the time of new pages
 is the table benchmark's subject (:mod:`posenc.benchmark`).
 
-A second measurement (:func:`measure_busy`) times the module against ``rotate_half``
+A second measurement (:func:`measure_busy`) times the module and ``by_head_half``
+against ``rotate_half``
 while another process keeps one core busy, as on a shared machine: at (1, 32, 2048,
 128) and at (256, 32, 16, 128), short sequences in a large batch, with 1 and 2 threads.
 Each parallel operation waits for all of its threads, and a thread that shares its core
@@ -118,6 +122,28 @@ def unblocked_half(module):
     return apply
 
 
+def by_head_half(module):
+    """unblocked_half's three passes one head at a time: a slice that stays in cache.
+
+    Each (seq, head_dim) slice of 2048 x 128 float32 is 1 MiB; three operations per
+    slice make 3 * batch * heads operations a call, each run by every thread.
+    """
+    import torch
+
+    def apply(q):
+        length, width = q.shape[-2], q.shape[-1]
+        _, sin, both = module._tables(length, q.dtype, q.device)
+        half = width // 2
+        out = torch.empty_like(q)
+        for x, o in zip(q.reshape(-1, length, width), out.view(-1, length, width), strict=True):
+            torch.mul(x, both, out=o)
+            o[:, :half].addcmul_(x[:, half:], sin, value=-1)
+            o[:, half:].addcmul_(x[:, :half], sin)
+        return out
+
+    return apply
+
+
 def formula(module):
     """The module's plain pair formula (what autograd and torch.compile see)."""
     from posenc.rotary import _rotate
@@ -197,6 +223,7 @@ def measure_times(shape=SHAPE, *, rounds=7, min_sample=0.05, compile_=True) -> d
         "rotate_half": rotate_half_formulation(head_dim, length),
         "formula_half": formula(modules["half"]),
         "unblocked_half": unblocked_half(modules["half"]),
+        "by_head_half": by_head_half(modules["half"]),
         "posenc_half": modules["half"],
         "posenc_interleaved": modules["interleaved"],
     }
@@ -305,6 +332,7 @@ def measure_busy(shapes=BUSY_SHAPES, threads=BUSY_THREADS, *, rounds=5, min_samp
                 appliers = {"rotate_half": rotate_half_formulation(head_dim, length)}
                 for pairing in PAIRINGS:
                     appliers[f"posenc_{pairing}"] = RotaryEmbedding(head_dim, pairing=pairing)
+                appliers["by_head_half"] = by_head_half(appliers["posenc_half"])
                 calls = {"clone": q.clone}
                 calls |= {name: functools.partial(f, q) for name, f in appliers.items()}
                 for count in threads:
