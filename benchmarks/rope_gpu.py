@@ -1,4 +1,4 @@
-"""Time RoPE on a CUDA GPU (issue 38): clone, Hugging Face's form, torch.compile, posenc.
+"""Time RoPE on a CUDA GPU: clone, Hugging Face's form, torch.compile, posenc.
 
 Run on a machine with a CUDA GPU: ``python benchmarks/rope_gpu.py [--out PATH]``. It
 measures, with the median of ``triton.testing.do_bench``, q of the issue's shapes in
@@ -6,7 +6,8 @@ bfloat16 and float32:
 
 - ``clone``: ``q.clone()``, one read and one write, the bound;
 - ``hf_eager``: transformers' ``LlamaRotaryEmbedding`` (cos and sin for the positions)
-  then ``apply_rotary_pos_emb`` (``rotate_half``), as a Llama layer runs them;
+  then ``apply_rotary_pos_emb``'s formula ``q * cos + rotate_half(q) * sin`` on q alone
+  (every method here rotates q only), as a Llama layer runs them;
 - ``hf_compiled``: ``torch.compile`` of that;
 - ``posenc_half``, ``posenc_interleaved``: ``posenc.rotary.RotaryEmbedding`` called as
   ``module(q, positions)`` with positions None, and ``posenc_half_positions`` with
@@ -19,8 +20,8 @@ GPU (<= 1e-6 against float64 at positions up to 10**6), runs posenc's module onc
 ``data/rope_gpu.json`` (GPU, driver, versions, every time in ms and as a multiple of
 the clone, the goals) and exits 1 if a goal is missed, 2 where there is no CUDA GPU.
 
-The goals (issue 38): posenc <= 1.25 x clone; with positions <= 1.5 x the time without;
-decode no slower than Hugging Face's module + ``apply_rotary_pos_emb``. Evaluating them
+The goals: posenc <= 1.25 x clone; with positions <= 1.5 x the time without;
+decode no slower than Hugging Face's module + ``apply_rotary_pos_emb``'s formula. Evaluating them
 and formatting the report are the pure functions :func:`goals` and :func:`format_report`
 (tested on the CPU with made-up timings).
 """
@@ -151,11 +152,11 @@ def _driver() -> str:
 
 
 def _hf_rotary(head_dim: int, device):
-    """transformers' LlamaRotaryEmbedding and apply_rotary_pos_emb, for one head_dim."""
+    """transformers' LlamaRotaryEmbedding and rotate_half, for one head_dim."""
     from transformers import LlamaConfig
     from transformers.models.llama.modeling_llama import (
         LlamaRotaryEmbedding,
-        apply_rotary_pos_emb,
+        rotate_half,
     )
 
     config = LlamaConfig(
@@ -164,10 +165,10 @@ def _hf_rotary(head_dim: int, device):
         head_dim=head_dim,
         rope_parameters={"rope_type": "default", "rope_theta": BASE},
     )
-    return LlamaRotaryEmbedding(config).to(device), apply_rotary_pos_emb
+    return LlamaRotaryEmbedding(config).to(device), rotate_half
 
 
-def _methods(q, positions, hf_module, apply_rotary_pos_emb):
+def _methods(q, positions, hf_module, rotate_half):
     """name -> zero-argument callable, for one q."""
     import torch
 
@@ -180,8 +181,11 @@ def _methods(q, positions, hf_module, apply_rotary_pos_emb):
     theta = torch.from_numpy(half.frequencies).to(q.device)
 
     def hf(q):
+        # q alone, as every other method here: apply_rotary_pos_emb's formula for one
+        # tensor (it rotates q and k; passing q twice would time two rotations)
         cos, sin = hf_module(q, positions)
-        return apply_rotary_pos_emb(q, q, cos, sin)[0]
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+        return q * cos + rotate_half(q) * sin
 
     compiled = torch.compile(hf)
     return {

@@ -380,7 +380,11 @@ def through_the_kernel(monkeypatch):
         return real(*args, **kwargs)
 
     monkeypatch.setattr(rotary_triton, "rotate", counted)
-    monkeypatch.setattr(rotary, "_use_triton", lambda x: x.dim() == 4 and x.dtype != torch.float64)
+    monkeypatch.setattr(
+        rotary,
+        "_use_triton",
+        lambda x: x.dim() == 4 and x.dtype != torch.float64 and x.stride(-1) == 1,
+    )
     return calls
 
 
@@ -427,3 +431,69 @@ def test_the_kernel_path_for_dynamic_ntk_uses_the_grown_speeds(through_the_kerne
         got = module(x, table)
         assert (got.double() - want).abs().max() <= 2 * float32_bound(x)
     assert len(through_the_kernel) == 2
+
+
+def test_apply_sends_k_its_own_way_when_the_kernel_cannot_take_it(through_the_kernel):
+    module = pt.RotaryEmbedding(16)
+    q = torch.randn(2, 4, 9, 16)
+    k = torch.randn(2, 9, 2, 16).transpose(1, 2)  # a view: fine
+    odd = torch.randn(2, 2, 9, 32)[..., ::2]  # last axis strided: the kernel refuses it
+    positions = torch.arange(9)
+    for key in (k, odd):
+        rq, rk = module.apply(q, key, positions)
+        torch.testing.assert_close(rk, module(key.double(), positions).float())
+        torch.testing.assert_close(rq, module(q.double(), positions).float())
+
+
+@pytest.mark.parametrize("dtype", [torch.int16, torch.uint8, torch.int32])
+def test_the_kernel_path_takes_every_integer_dtype_the_module_takes(through_the_kernel, dtype):
+    module = pt.RotaryEmbedding(8)
+    x = torch.randn(1, 2, 5, 8)
+    positions = torch.tensor([[3, 4, 5, 6, 7]], dtype=dtype)
+    want = module(x.double(), positions.to(torch.int64)).float()
+    torch.testing.assert_close(module(x, positions), want)
+
+
+def test_the_kernel_path_has_a_second_derivative(through_the_kernel):
+    # y = R x is linear; g = dL/dx = R^T w for L = <R x, w>, and d<g, v>/dw = R v.
+    module = pt.RotaryEmbedding(8, rotary_dim=6)
+    x = torch.randn(1, 2, 5, 8, requires_grad=True)
+    w = torch.randn(1, 2, 5, 8, requires_grad=True)
+    v = torch.randn(1, 2, 5, 8)
+    (g,) = torch.autograd.grad((module(x) * w).sum(), x, create_graph=True)
+    assert g.requires_grad
+    (g * v).sum().backward()
+    torch.testing.assert_close(w.grad, module(v.double()).float(), rtol=0, atol=1e-5)
+
+
+LONG_ROPE = {"rope_type": "longrope", "short_factor": [1.0, 2.0], "long_factor": [3.0, 4.0]}
+
+
+@pytest.mark.parametrize(
+    ("rope", "length"),
+    [
+        ({"rope_type": "dynamic", "factor": 2.0}, 40),
+        ({"rope_type": "dynamic", "factor": 2.0}, 16),
+        (LONG_ROPE, 40),
+        (LONG_ROPE, 16),
+    ],
+)
+def test_length_dependent_speeds_for_a_whole_sequence_stay_on_the_device(rope, length):
+    # positions=None on an accelerator: the speeds for the length are chosen or
+    # computed on the device from cached constants, never copied from the host per call.
+    config = {
+        "rope_parameters": {"rope_theta": 10000.0, **rope},
+        "head_dim": 4,
+        "max_position_embeddings": 16,
+        "original_max_position_embeddings": 16,
+    }
+    module = pt.RotaryEmbedding.from_config(config)
+    host = module.frequencies_at(length)
+    on_cpu = module._theta_for_length(length, torch.device("cpu")).numpy()
+    np.testing.assert_allclose(on_cpu, host, rtol=1e-15)
+    meta = torch.device("meta")
+    module._theta_for_length(length, meta)  # constants reach the device once
+    with _Recorder() as recorder:
+        theta = module._theta_for_length(length, meta)
+    assert theta.device == meta and theta.shape == (2,)
+    assert all(devices == {"meta"} for _, devices in recorder.ops), recorder.ops

@@ -214,3 +214,33 @@ def test_bad_arguments_name_the_argument(index):
     error, message, call = _bad_calls()[index]
     with pytest.raises(error, match=message):
         call()
+
+
+OFFSETS_PAST_INT32 = """
+import os
+os.environ["TRITON_INTERPRET"] = "1"
+import torch
+from posenc import rotary_triton
+seq, head_dim, stride_h = 4, 128, 2**30  # head 2 starts 2**31 elements in
+size = 2 * stride_h + seq * head_dim
+store = torch.empty(size, dtype=torch.float16)  # never touched past the three heads
+x = store.as_strided((1, 3, seq, head_dim), (size, stride_h, head_dim, 1))
+for h in range(3):
+    x[:, h].normal_(generator=torch.Generator().manual_seed(h))
+theta = 10000.0 ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
+y = rotary_triton.rotate(x, theta, out=torch.empty(1, 3, seq, head_dim, dtype=torch.float16))
+alone = rotary_triton.rotate(x[:, 2:].contiguous(), theta)
+print("equal" if torch.equal(y[:, 2:], alone) else "different")
+"""
+
+
+def test_offsets_past_two_to_the_31_elements_are_computed_in_int64():
+    # A head 2**31 elements into x (a million-token prefill of 32 heads reaches it):
+    # with int32 offsets the kernel addresses the wrong memory (here: a crash).
+    done = subprocess.run(
+        [sys.executable, "-c", OFFSETS_PAST_INT32], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "equal", (
+        done.returncode,
+        done.stderr[-500:],
+    )

@@ -183,10 +183,11 @@ class RotaryEmbedding(nn.Module):
         """The RoPE of a Hugging Face model, from its config or its ``rope_parameters``.
 
         ``config`` is a transformers config (or its ``to_dict()``), or the
-        ``rope_parameters`` dict alone (then ``head_dim`` is required). Every
-        ``rope_type`` transformers defines for these models is read: default, linear,
-        dynamic, yarn (``mscale``, ``mscale_all_dim``, ``attention_factor``,
-        ``truncate``), llama3 and longrope, with ``partial_rotary_factor``. The
+        ``rope_parameters`` dict alone (then ``head_dim`` is required). Six
+        ``rope_type`` values are read: default, linear, dynamic, yarn (``mscale``,
+        ``mscale_all_dim``, ``attention_factor``, ``truncate``), llama3 and longrope,
+        with ``partial_rotary_factor``; others (such as "proportional") raise
+        ``ValueError`` naming them. The
         frequencies are the formulas' exact float64 values (transformers computes them
         in float32). Dynamic NTK and longrope depend on the length, as in transformers:
         the length is the largest position plus one, read on the device.
@@ -251,6 +252,25 @@ class RotaryEmbedding(nn.Module):
         )
         exponents = torch.arange(0, r, 2, dtype=torch.float64, device=device) / r
         return torch.where(longer, grown ** (-exponents), static)
+
+    def _theta_for_length(self, length: int, device: torch.device) -> torch.Tensor:
+        """Pair speeds on ``device`` for positions 0 .. length - 1 (a host-side length).
+
+        Chosen or computed on the device from cached constants: never a copy from host
+        memory per call.
+        """
+        static = self._constant("theta", self._theta, device)
+        params = self.rope_parameters
+        if not self._length_dependent() or length <= params.switch_length:
+            return static
+        if params.long_inv_freq is not None:
+            return self._constant("long_theta", params.long_inv_freq, device)
+        r, factor = self.rotary_dim, params.dynamic_factor
+        grown = params.base * (factor * length / params.switch_length - (factor - 1)) ** (
+            r / (r - 2)
+        )
+        exponents = self._constant("exponents", np.arange(0, r, 2) / r, device)
+        return torch.pow(grown, -exponents)
 
     @torch.compiler.disable
     def _constant(self, name: str, array: np.ndarray, device: torch.device) -> torch.Tensor:
@@ -397,7 +417,8 @@ class RotaryEmbedding(nn.Module):
                 f"k {tuple(k.shape)}"
             )
         plan = self._plan(q, positions, seq_axis)
-        if k.dtype != q.dtype or k.device != q.device:
+        same_path = ("triton" in plan) == _use_triton(k) and k.shape[0] == q.shape[0]
+        if k.dtype != q.dtype or k.device != q.device or not same_path:
             return self._rotate_planned(q, plan), self(k, positions)
         return self._rotate_planned(q, plan), self._rotate_planned(k, plan)
 
@@ -408,9 +429,8 @@ class RotaryEmbedding(nn.Module):
         if positions is not None:
             plan["positions"] = self._positions_for(positions, x, seq_axis)
         if _use_triton(x):
-            if plan["positions"] is None and self._length_dependent():
-                speeds = self.frequencies_at(length)
-                plan["triton"] = torch.from_numpy(speeds).to(x.device, non_blocking=True)
+            if plan["positions"] is None:
+                plan["triton"] = self._theta_for_length(length, x.device)
             else:
                 plan["triton"] = self._theta_on(x.device, plan["positions"])
             return plan
@@ -426,6 +446,8 @@ class RotaryEmbedding(nn.Module):
             return x.clone()
         positions = plan["positions"]
         if "triton" in plan:
+            if positions is not None:
+                positions = positions.to(torch.int64)  # on the device: the kernel's type
             if positions is not None and positions.dim() == 1:
                 positions = positions[None]
             if positions is not None and x.dim() == 4 and positions.shape[0] != x.shape[0]:
@@ -555,10 +577,14 @@ class _TritonRotation(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
+        # Itself differentiable: the inverse rotation through this same Function, so
+        # that a second derivative (create_graph=True) is taken, not silently dropped.
         theta, positions = ctx.saved_tensors
         positions = positions if ctx.has_positions else None
         grad = grad if grad.stride(-1) == 1 else grad.contiguous()
-        from posenc import rotary_triton
-
-        dx = rotary_triton.rotate(grad, -theta, positions, layout=ctx.layout, **ctx.options)
+        options = ctx.options
+        dx = _TritonRotation.apply(
+            grad, -theta, positions, options["scale"], options["pairing"],
+            options["rotary_dim"], ctx.layout,
+        )  # fmt: skip
         return dx, None, None, None, None, None, None

@@ -149,10 +149,14 @@ def _rope_kernel(
     s64 = s.to(tl.int64)[:, None]
     x_base = x_ptr + b * x_stride_b + s64 * x_stride_s
     y_base = y_ptr + b * y_stride_b + s64 * y_stride_s
+    # int64 offsets: h * x_stride_h passes 2**31 for long sequences (32 heads of 2**20
+    # rows of 128); int32 strides would wrap and address the wrong memory.
+    x_stride_h64 = tl.cast(x_stride_h, tl.int64)
+    y_stride_h64 = tl.cast(y_stride_h, tl.int64)
     h0 = tl.program_id(1) * heads_per_program
     for h in range(h0, tl.minimum(h0 + heads_per_program, heads)):
-        x_row = x_base + h * x_stride_h
-        y_row = y_base + h * y_stride_h
+        x_row = x_base + h * x_stride_h64
+        y_row = y_base + h * y_stride_h64
         if INTERLEAVED:
             d = tl.arange(0, 2 * BLOCK_P)[None, :]
             ok = s_ok[:, None] & (d < ROTARY)
