@@ -56,12 +56,14 @@ execute: $(STAMP)
 
 ## bench: time every construction of the table, and every way of applying RoPE, side by
 ## side (chapter 11); writes data/benchmark.json, data/rope_benchmark.json and
-## data/rope_busy.json (RoPE with one core kept busy by another process). Never
+## data/rope_busy.json (RoPE with one core kept busy by another process), and what the
+## machine allows (data/machine.json: bandwidths, allocator, caches, the table goal). Never
 ## part of test: timings are measured, not asserted. Fails if a goal is missed.
 bench: $(STAMP)
 	$(BIN)/python benchmarks/tables.py; tables=$$?; \
 	$(BIN)/python benchmarks/rope.py; rope=$$?; \
-	exit $$((tables | rope))
+	$(BIN)/python benchmarks/machine.py; machine=$$?; \
+	exit $$((tables | rope | machine))
 
 ## lock: re-resolve requirements.in (and torch's dependencies) into the exact lock
 ## requirements.txt; torch itself stays pinned in requirements-torch.txt
