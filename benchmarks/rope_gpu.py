@@ -14,7 +14,13 @@ bfloat16 and float32:
   (batch, seq) positions on the device;
 - ``triton_half``, ``triton_interleaved``: :func:`posenc.rotary_triton.rotate` itself;
 
-plus decode, q of (64, 32, 1, 128) at position 4095. It checks float32 accuracy on the
+plus decode, q of (64, 32, 1, 128) at position 4095. For chapter 11 it also records, in
+bfloat16 with half pairs: a sweep over sequence length (batch 1) and over batch
+(sequence 1024), 32 heads of 128 (clone, hf_eager, hf_compiled, posenc_half,
+triton_half); the backward pass (forward + backward of posenc's module and of
+Hugging Face's formula under autograd, against two clones); RoPE's share of one
+attention layer (``scaled_dot_product_attention``, causal, against RoPE on q and k);
+and the GB/s of every clone (one read and one write of q). It checks float32 accuracy on the
 GPU (<= 1e-6 against float64 at positions up to 10**6), runs posenc's module once under
 ``torch.cuda.set_sync_debug_mode("error")`` (a host sync raises), writes
 ``data/rope_gpu.json`` (GPU, driver, versions, every time in ms and as a multiple of
@@ -49,7 +55,13 @@ GOAL_POSITIONS_OVER_NONE = 1.5
 ACCURACY_BOUND = 1e-6
 ACCURACY_POSITION = 10**6
 POSENC_METHODS = ("posenc_half", "posenc_interleaved")
+SWEEP_SEQ = ((1, 32, 256, 128), (1, 32, 1024, 128), (1, 32, 4096, 128), (1, 32, 16384, 128))
+SWEEP_BATCH = ((1, 32, 1024, 128), (4, 32, 1024, 128), (16, 32, 1024, 128), (64, 32, 1024, 128))
+SWEEP_METHODS = ("clone", "hf_eager", "hf_compiled", "posenc_half", "triton_half")
+BACKWARD_SHAPE = (8, 32, 4096, 128)
+ATTENTION_SHAPE = (8, 32, 4096, 128)
 DEFAULT_OUT = Path("data") / "rope_gpu.json"
+DEVICE = "cuda"  # the tests run the measuring code on the CPU with a stand-in timer
 
 
 def goals(rows: list[dict], decode: list[dict], accuracy: list[dict], no_sync: dict) -> list[dict]:
@@ -110,6 +122,15 @@ def with_multiples(rows: list[dict]) -> list[dict]:
         {**row, "x_clone": {k: t / row["times"]["clone"] for k, t in row["times"].items()}}
         for row in rows
     ]
+
+
+def clone_gbps(shape, dtype_name: str, ms: float) -> float:
+    """GB/s of a clone of q: one read and one write of its bytes in ``ms``."""
+    size = {"bfloat16": 2, "float16": 2, "float32": 4}[dtype_name]
+    count = 1
+    for n in shape:
+        count *= n
+    return 2 * count * size / (ms * 1e-3) / 1e9
 
 
 def format_report(results: dict) -> str:
@@ -201,20 +222,75 @@ def _methods(q, positions, hf_module, rotate_half):
     }
 
 
-def measure(shape, dtype_name: str, *, start: int = 0) -> dict:
-    """Median ms of every method for q of ``shape``; positions start .. start + seq - 1."""
+def measure(shape, dtype_name: str, *, start: int = 0, only=None) -> dict:
+    """Median ms of every method (or those in ``only``) for q of ``shape``; positions
+    start .. start + seq - 1; with the clone's GB/s."""
     import torch
     from triton.testing import do_bench
 
     dtype = getattr(torch, dtype_name)
-    q = torch.randn(shape, device="cuda", dtype=dtype)
+    q = torch.randn(shape, device=DEVICE, dtype=dtype)
     batch, _, seq, head_dim = shape
-    positions = (torch.arange(seq, device="cuda") + start).expand(batch, seq).contiguous()
-    hf_module, apply = _hf_rotary(head_dim, "cuda")
+    positions = (torch.arange(seq, device=DEVICE) + start).expand(batch, seq).contiguous()
+    hf_module, apply = _hf_rotary(head_dim, DEVICE)
     times = {}
     for name, call in _methods(q, positions, hf_module, apply).items():
-        times[name] = float(do_bench(call, return_mode="median"))
-    return {"shape": list(shape), "dtype": dtype_name, "start": start, "times": times}
+        if only is None or name in only:
+            times[name] = float(do_bench(call, return_mode="median"))
+    gbps = clone_gbps(shape, dtype_name, times["clone"])
+    return {"shape": list(shape), "dtype": dtype_name, "start": start, "times": times} | {
+        "clone_gbps": gbps
+    }
+
+
+def measure_backward(shape=BACKWARD_SHAPE, dtype_name="bfloat16") -> dict:
+    """Forward + backward under autograd: posenc's module, HF's formula, two clones."""
+    import torch
+    from triton.testing import do_bench
+
+    from posenc.rotary import RotaryEmbedding
+
+    dtype = getattr(torch, dtype_name)
+    q = torch.randn(shape, device=DEVICE, dtype=dtype, requires_grad=True)
+    grad = torch.randn_like(q)
+    batch, _, seq, head_dim = shape
+    positions = torch.arange(seq, device=DEVICE).expand(batch, seq).contiguous()
+    hf_module, rotate_half = _hf_rotary(head_dim, DEVICE)
+    module = RotaryEmbedding(head_dim, base=BASE)
+
+    def hf():
+        cos, sin = hf_module(q, positions)
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+        (q * cos + rotate_half(q) * sin).backward(grad)
+
+    calls = {
+        "two_clones": lambda: (q.detach().clone(), grad.clone()),
+        "hf_eager": hf,
+        "posenc_half": lambda: module(q).backward(grad),
+        "posenc_half_positions": lambda: module(q, positions).backward(grad),
+    }
+    times = {name: float(do_bench(call, grad_to_none=[q], return_mode="median"))
+             for name, call in calls.items()}  # fmt: skip
+    return {"shape": list(shape), "dtype": dtype_name, "times": times}
+
+
+def measure_attention_share(shape=ATTENTION_SHAPE, dtype_name="bfloat16") -> dict:
+    """One causal attention layer's core against RoPE on q and k, same q, k, v."""
+    import torch
+    from triton.testing import do_bench
+
+    from posenc.rotary import RotaryEmbedding
+
+    dtype = getattr(torch, dtype_name)
+    q, k, v = (torch.randn(shape, device=DEVICE, dtype=dtype) for _ in range(3))
+    module = RotaryEmbedding(shape[-1], base=BASE)
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    times = {
+        "attention": float(do_bench(lambda: sdpa(q, k, v, is_causal=True), return_mode="median")),
+        "rope_q_and_k": float(do_bench(lambda: module.apply(q, k), return_mode="median")),
+    }
+    share = times["rope_q_and_k"] / (times["rope_q_and_k"] + times["attention"])
+    return {"shape": list(shape), "dtype": dtype_name, "times": times, "rope_share": share}
 
 
 def check_accuracy() -> list[dict]:
@@ -225,13 +301,13 @@ def check_accuracy() -> list[dict]:
     from posenc.rotary import RotaryEmbedding
 
     batch, heads, seq, head_dim = 2, 4, 512, 128
-    x = torch.rand(batch, heads, seq, head_dim, device="cuda", dtype=torch.float64) * 2 - 1
-    positions = torch.randint(0, ACCURACY_POSITION + 1, (batch, seq), device="cuda")
+    x = torch.rand(batch, heads, seq, head_dim, device=DEVICE, dtype=torch.float64) * 2 - 1
+    positions = torch.randint(0, ACCURACY_POSITION + 1, (batch, seq), device=DEVICE)
     positions[:, -1] = ACCURACY_POSITION
     found = []
     for pairing in ("half", "interleaved"):
         module = RotaryEmbedding(head_dim, base=BASE, pairing=pairing)
-        theta = torch.from_numpy(module.frequencies).to("cuda")
+        theta = torch.from_numpy(module.frequencies).to(DEVICE)
         exact = module(x, positions)  # float64 throughout: the yardstick
         xf = x.float()
         for method, got in (
@@ -280,6 +356,10 @@ def run() -> dict:
     rows = [measure(shape, dtype) for shape, dtype in SHAPES]
     decode = [measure(DECODE_SHAPE, dtype, start=DECODE_POSITION) for dtype in DTYPES]
     accuracy, no_sync = check_accuracy(), check_no_sync()
+    sweep = {
+        "sequence": [measure(shape, "bfloat16", only=SWEEP_METHODS) for shape in SWEEP_SEQ],
+        "batch": [measure(shape, "bfloat16", only=SWEEP_METHODS) for shape in SWEEP_BATCH],
+    }
     results = {
         "gpu": torch.cuda.get_device_name(),
         "driver": _driver(),
@@ -291,6 +371,9 @@ def run() -> dict:
         "decode": with_multiples(decode),
         "accuracy": accuracy,
         "no_sync": no_sync,
+        "sweep": {axis: with_multiples(found) for axis, found in sweep.items()},
+        "backward": measure_backward(),
+        "attention": measure_attention_share(),
     }
     results["goals"] = goals(rows, decode, accuracy, no_sync)
     return results

@@ -101,3 +101,63 @@ def test_main_exits_2_without_cuda(monkeypatch, tmp_path, capsys):
     assert rope_gpu.main(["--out", str(out)]) == 2
     assert "needs a CUDA GPU" in capsys.readouterr().err
     assert not out.exists()
+
+
+@pytest.fixture
+def on_the_cpu(monkeypatch):
+    """The measuring code run on the CPU: small shapes, a stand-in for do_bench that
+    calls each function twice (and clears the gradients it names), no compilation, the
+    Triton kernel in its interpreter."""
+    import torch
+    import triton.testing
+
+    calls = []
+
+    def do_bench(fn, grad_to_none=None, return_mode="median"):
+        for _ in range(2):
+            fn()
+            for tensor in grad_to_none or ():
+                tensor.grad = None
+        calls.append(return_mode)
+        return 1.0
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setattr(triton.testing, "do_bench", do_bench)
+    monkeypatch.setattr(torch, "compile", lambda fn: fn)
+    monkeypatch.setattr(rope_gpu, "DEVICE", "cpu")
+    return calls
+
+
+def test_the_measuring_code_runs(on_the_cpu):
+    row = rope_gpu.measure((2, 4, 8, 16), "float32", start=5)
+    assert set(row["times"]) == {
+        "clone", "hf_eager", "hf_compiled", "posenc_half", "posenc_interleaved",
+        "posenc_half_positions", "posenc_interleaved_positions", "triton_half",
+        "triton_interleaved",
+    }  # fmt: skip
+    assert row["clone_gbps"] == pytest.approx(2 * 2 * 4 * 8 * 16 * 4 / 1e-3 / 1e9)
+    only = rope_gpu.measure((1, 2, 4, 16), "bfloat16", only=rope_gpu.SWEEP_METHODS)
+    assert set(only["times"]) == set(rope_gpu.SWEEP_METHODS)
+    backward = rope_gpu.measure_backward((1, 2, 8, 16), "float32")
+    assert set(backward["times"]) == {
+        "two_clones", "hf_eager", "posenc_half", "posenc_half_positions"
+    }  # fmt: skip
+    attention = rope_gpu.measure_attention_share((1, 2, 8, 16), "float32")
+    assert attention["rope_share"] == pytest.approx(0.5)
+    assert len(on_the_cpu) == 9 + 5 + 4 + 2
+
+
+def test_the_hugging_face_side_rotates_q_as_the_module_does(on_the_cpu):
+    # Every method of the table computes the same rotation: a method that rotated
+    # something else (or two tensors) would not be timing the same work.
+    import torch
+
+    from posenc.rotary import RotaryEmbedding
+
+    q = torch.randn(2, 4, 8, 16, dtype=torch.float32)
+    positions = (torch.arange(8) + 3).expand(2, 8).contiguous()
+    hf_module, rotate_half = rope_gpu._hf_rotary(16, "cpu")
+    methods = rope_gpu._methods(q, positions, hf_module, rotate_half)
+    want = RotaryEmbedding(16, base=rope_gpu.BASE)(q.double(), positions).float()
+    torch.testing.assert_close(methods["hf_eager"](), want, rtol=0, atol=1e-5)
+    torch.testing.assert_close(methods["posenc_half_positions"](), want, rtol=0, atol=1e-5)
