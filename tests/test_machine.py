@@ -232,3 +232,26 @@ def test_committed_machine_json():
     assert results["quick"] is False
     _check_structure(results)
     assert max(results["bandwidth"]["sizes"]) >= 256 * 2**20
+
+
+def test_paired_ratios_divide_round_by_round():
+    assert machine.paired_ratios([2.0, 6.0, 3.0], [1.0, 2.0, 3.0]) == [2.0, 3.0, 1.0]
+    with pytest.raises(ValueError, match="one nonzero length"):
+        machine.paired_ratios([1.0, 2.0], [1.0])
+    with pytest.raises(ValueError, match="one nonzero length"):
+        machine.paired_ratios([], [])
+
+
+def test_median_interval_uses_order_statistics():
+    five = machine.median_interval([5, 1, 4, 2, 3])
+    assert (five["low"], five["high"], five["k"]) == (1.0, 5.0, 1)
+    assert five["coverage"] == 1 - 2 / 2**5  # 93.75%: below 95%, still the widest
+    fifteen = machine.median_interval(range(15))
+    # P(Binomial(15, 1/2) <= 3) = 576 / 32768
+    assert (fifteen["low"], fifteen["high"], fifteen["k"]) == (3.0, 11.0, 4)
+    assert fifteen["coverage"] == 1 - 2 * 576 / 2**15
+    assert machine.median_interval(range(15), 0.99)["k"] == 3
+    with pytest.raises(ValueError, match="empty"):
+        machine.median_interval([])
+    with pytest.raises(ValueError, match="confidence"):
+        machine.median_interval([1.0], 1.0)

@@ -62,6 +62,7 @@ import argparse
 import contextlib
 import itertools
 import json
+import math
 import os
 import platform
 import resource
@@ -135,6 +136,39 @@ def named_outliers(series: dict[str, dict]) -> list[dict]:
                 }
             )
     return found
+
+
+def paired_ratios(numerator, denominator) -> list[float]:
+    """Round-by-round ratios of two series timed side by side: sample ``i`` of each
+    comes from round ``i`` of :func:`posenc.benchmark.time_side_by_side`, so a slow
+    moment of the machine falls on both terms of the same ratio."""
+    top, bottom = list(numerator), list(denominator)
+    if len(top) != len(bottom) or not top:
+        raise ValueError(f"need two series of one nonzero length, got {len(top)} and {len(bottom)}")
+    return [float(a) / float(b) for a, b in zip(top, bottom, strict=True)]
+
+
+def median_interval(values, confidence: float = 0.95) -> dict:
+    """The narrowest interval between order statistics, ``sorted(values)[k - 1]`` to
+    ``sorted(values)[n - k]``, that holds the median of the distribution the values
+    were drawn from with probability at least ``confidence``, if they are independent
+    draws; its exact ``coverage`` is ``1 - 2 P(Binomial(n, 1/2) < k)``. Five values
+    give the min and max, at 93.75%, when ``confidence`` is at most that."""
+    ordered = sorted(float(v) for v in values)
+    n = len(ordered)
+    if n == 0:
+        raise ValueError("values must not be empty")
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must lie in (0, 1), got {confidence}")
+
+    def coverage(k):
+        below = sum(math.comb(n, i) for i in range(k)) / 2**n
+        return 1 - 2 * below
+
+    k = 1
+    while k + 1 <= (n + 1) // 2 and coverage(k + 1) >= confidence:
+        k += 1
+    return {"low": ordered[k - 1], "high": ordered[n - k], "k": k, "coverage": coverage(k)}
 
 
 # --- machine facts --------------------------------------------------------------------
