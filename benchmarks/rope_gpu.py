@@ -20,8 +20,15 @@ bfloat16 with half pairs: a sweep over sequence length (batch 1) and over batch
 triton_half); the backward pass (forward + backward of posenc's module and of
 Hugging Face's formula under autograd, against two clones); RoPE's share of one
 attention layer (``scaled_dot_product_attention``, causal, against RoPE on q and k);
-and the GB/s of every clone (one read and one write of q). It checks float32 accuracy on the
-GPU (<= 1e-6 against float64 at positions up to 10**6), runs posenc's module once under
+and the GB/s of every clone (one read and one write of q). Every time above is a
+launch from Python (``do_bench``): at small shapes that measures the host's launch
+overhead, not the GPU, so the prefill and decode shapes are also timed replayed from a
+CUDA graph (``do_bench_cudagraph``, ``graphs``; the time goals on those are
+``graph_goals``), beside the eager cost of the position checks alone. It checks posenc's
+module on the GPU against its float64 formula on the CPU (``kernel_checks``: pairings,
+layouts, partial rotary, float32 and bfloat16, strided input, decode, gradients),
+float32 accuracy on the GPU (<= 1e-6 against float64 at positions up to 10**6), runs
+posenc's module once under
 ``torch.cuda.set_sync_debug_mode("error")`` (a host sync raises), writes
 ``data/rope_gpu.json`` (GPU, driver, versions, every time in ms and as a multiple of
 the clone, the goals) and exits 1 if a goal is missed, 2 where there is no CUDA GPU.
@@ -116,10 +123,36 @@ def goals(rows: list[dict], decode: list[dict], accuracy: list[dict], no_sync: d
     return found
 
 
+def graph_goals(graphs: list[dict]) -> list[dict]:
+    """The time goals again on the GPU's time alone (calls replayed from a CUDA graph):
+    prefill rows (start 0) against their clone and positions against none; decode
+    rows (start > 0) against Hugging Face's eager form."""
+    found = []
+    for row in graphs:
+        times, name = row["times"], f"{tuple(row['shape'])} {row['dtype']}"
+        if row["start"] > 0:
+            ratio = times["posenc_half_positions"] / times["hf_eager"]
+            found.append({"goal": f"decode {name} no slower than HF (x HF), graph replay",
+                          "value": ratio, "met": ratio <= 1.0})  # fmt: skip
+            continue
+        for method in POSENC_METHODS:
+            ratio = times[method] / times["clone"]
+            found.append({"goal": f"{method} <= {GOAL_MULTIPLE_OF_CLONE} x clone, {name}, "
+                          "graph replay", "value": ratio,
+                          "met": ratio <= GOAL_MULTIPLE_OF_CLONE})  # fmt: skip
+        ratio = times["posenc_half_positions"] / times["posenc_half"]
+        found.append({"goal": f"positions <= {GOAL_POSITIONS_OVER_NONE} x positions=None, "
+                      f"{name}, graph replay", "value": ratio,
+                      "met": ratio <= GOAL_POSITIONS_OVER_NONE})  # fmt: skip
+    return found
+
+
 def with_multiples(rows: list[dict]) -> list[dict]:
     """Rows with ``x_clone``: every time as a multiple of that row's clone."""
     return [
         {**row, "x_clone": {k: t / row["times"]["clone"] for k, t in row["times"].items()}}
+        if row["times"].get("clone")
+        else row
         for row in rows
     ]
 
@@ -145,7 +178,7 @@ def format_report(results: dict) -> str:
             )
             lines.append(f"  {tuple(row['shape'])} {row['dtype']}: {cells}")
     lines.append("goals:")
-    for goal in results["goals"]:
+    for goal in results["goals"] + results.get("graph_goals", []):
         value = goal["value"]
         shown = f"{value:.3g}" if isinstance(value, float) else str(value)
         lines.append(f"  [{'met' if goal['met'] else 'MISSED'}] {goal['goal']}: {shown}")
@@ -153,7 +186,13 @@ def format_report(results: dict) -> str:
 
 
 def all_met(results: dict) -> bool:
-    return all(goal["met"] for goal in results["goals"])
+    """Every goal met, and no section or method failed on the way."""
+    failed = results.get("errors") or any(
+        row.get("errors") for key in ("rows", "decode") for row in results.get(key) or ()
+    )
+    checks = all(c["met"] for c in results.get("kernel_checks") or [])
+    goals_met = all(g["met"] for g in results.get("goals") or [])
+    return "goals" in results and not failed and checks and goals_met
 
 
 def _driver() -> str:
@@ -233,14 +272,65 @@ def measure(shape, dtype_name: str, *, start: int = 0, only=None) -> dict:
     batch, _, seq, head_dim = shape
     positions = (torch.arange(seq, device=DEVICE) + start).expand(batch, seq).contiguous()
     hf_module, apply = _hf_rotary(head_dim, DEVICE)
-    times = {}
+    # a fresh torch.compile cache for each q: its recompile limit would otherwise send
+    # later shapes back to eager without a word
+    torch._dynamo.reset()
+    times, errors = {}, {}
     for name, call in _methods(q, positions, hf_module, apply).items():
         if only is None or name in only:
-            times[name] = float(do_bench(call, return_mode="median"))
+            try:
+                times[name] = float(do_bench(call, return_mode="median"))
+            except Exception as error:  # one failing method must not lose the others
+                errors[name] = f"{type(error).__name__}: {str(error)[:300]}"
+    _progress(f"{tuple(shape)} {dtype_name} start {start}: {times} {errors or ''}")
     gbps = clone_gbps(shape, dtype_name, times["clone"])
-    return {"shape": list(shape), "dtype": dtype_name, "start": start, "times": times} | {
-        "clone_gbps": gbps
-    }
+    found = {"shape": list(shape), "dtype": dtype_name, "start": start, "times": times}
+    return found | {"clone_gbps": gbps} | ({"errors": errors} if errors else {})
+
+
+GRAPH_METHODS = (
+    "clone",
+    "hf_eager",
+    "hf_compiled",
+    "posenc_half",
+    "posenc_half_positions",
+    "posenc_interleaved",
+    "posenc_interleaved_positions",
+    "triton_half",
+)
+
+
+def measure_graphs(shape, dtype_name: str, *, start: int = 0) -> dict:
+    """Median ms of each call replayed from a CUDA graph (``do_bench_cudagraph``): the
+    GPU's time alone, no Python or launch overhead; and the eager time of the position
+    checks (``_check_position_values``) on their own."""
+    import torch
+    from triton.testing import do_bench, do_bench_cudagraph
+
+    from posenc.rotary import _check_position_values
+
+    dtype = getattr(torch, dtype_name)
+    q = torch.randn(shape, device=DEVICE, dtype=dtype)
+    batch, _, seq, head_dim = shape
+    positions = (torch.arange(seq, device=DEVICE) + start).expand(batch, seq).contiguous()
+    hf_module, apply = _hf_rotary(head_dim, DEVICE)
+    torch._dynamo.reset()
+    times, errors = {}, {}
+    for name, call in _methods(q, positions, hf_module, apply).items():
+        if name not in GRAPH_METHODS:
+            continue
+        try:
+            call()  # compile, fill caches: nothing may copy from the host under capture
+            if DEVICE == "cuda":
+                torch.cuda.synchronize()
+            times[name] = float(do_bench_cudagraph(call, return_mode="median"))
+        except Exception as error:
+            errors[name] = f"{type(error).__name__}: {str(error)[:300]}"
+    check = float(do_bench(lambda: _check_position_values(positions), return_mode="median"))
+    _progress(f"graphs {tuple(shape)} {dtype_name}: {times} check {check} {errors or ''}")
+    found = {"shape": list(shape), "dtype": dtype_name, "start": start, "times": times}
+    found["position_check_eager"] = check
+    return found | ({"errors": errors} if errors else {})
 
 
 def measure_backward(shape=BACKWARD_SHAPE, dtype_name="bfloat16") -> dict:
@@ -293,6 +383,20 @@ def measure_attention_share(shape=ATTENTION_SHAPE, dtype_name="bfloat16") -> dic
     return {"shape": list(shape), "dtype": dtype_name, "times": times, "rope_share": share}
 
 
+def _progress(text: str) -> None:
+    """One line on stderr, so a run cut short still shows how far it got."""
+    print(text, file=sys.stderr, flush=True)
+
+
+def _section(name: str, make, results: dict) -> None:
+    """results[name] = make(), or the error under results["errors"][name]."""
+    try:
+        results[name] = make()
+    except Exception as error:
+        results.setdefault("errors", {})[name] = f"{type(error).__name__}: {str(error)[:500]}"
+        _progress(f"{name} failed: {results['errors'][name]}")
+
+
 def check_accuracy() -> list[dict]:
     """Largest float32 error against float64, |x| <= 1, positions up to 10**6, on the GPU."""
     import torch
@@ -326,6 +430,72 @@ def check_accuracy() -> list[dict]:
     return found
 
 
+def check_kernel() -> list[dict]:
+    """posenc's module on the GPU against its float64 pair formula on the CPU: both
+    pairings and layouts, full and partial rotary, float32 and bfloat16, positions or
+    none, a strided view of a fused projection, decode; and the gradient in float32.
+    Each row: the largest error and the bound it must meet (a few float32 roundings
+    for float32, one bfloat16 rounding, 2**-8 of |x| <= 1, for bfloat16)."""
+    import torch
+
+    from posenc.rotary import RotaryEmbedding
+
+    generator = torch.Generator().manual_seed(0)
+    found = []
+    cases = [
+        (pairing, layout, rotary, dtype, shape, with_positions, strided)
+        for pairing in ("half", "interleaved")
+        for layout in ("bhsd", "bshd")
+        for rotary in (None, 32)
+        for dtype in ("float32", "bfloat16")
+        for shape, with_positions, strided in (
+            ((2, 4, 37, 64), True, False),
+            ((2, 4, 37, 64), False, True),
+            ((3, 8, 1, 64), True, False),
+        )
+    ]
+    for pairing, layout, rotary, dtype, shape, with_positions, strided in cases:
+        batch, heads, seq, head_dim = shape
+        dims = (batch, heads, seq) if layout == "bhsd" else (batch, seq, heads)
+        exact_x = torch.rand(*dims, head_dim, generator=generator, dtype=torch.float64) * 2 - 1
+        positions = torch.randint(0, 70000, (batch, seq), generator=generator)
+        module = RotaryEmbedding(head_dim, pairing=pairing, rotary_dim=rotary, layout=layout)
+        x = exact_x.to(getattr(torch, dtype))
+        if strided:  # the middle third of a fused (q, k, v) projection
+            fused = torch.cat([x, x, x], dim=-1).to(DEVICE)
+            x_dev = fused[..., head_dim : 2 * head_dim]
+        else:
+            x_dev = x.to(DEVICE)
+        p_dev = positions.to(DEVICE) if with_positions else None
+        got = module(x_dev, p_dev).double().cpu()
+        exact = module(x.double(), positions if with_positions else None)
+        bound = 2e-6 if dtype == "float32" else 2**-8 + 2e-6  # one rounding below 2
+        error = float((got - exact).abs().max())
+        found.append(
+            {
+                "case": f"{pairing} {layout} rotary={rotary} {dtype} {shape} "
+                f"positions={with_positions} strided={strided}",
+                "error": error,
+                "bound": bound,
+                "met": error <= bound,
+            }
+        )
+    x = torch.rand(2, 4, 37, 64, dtype=torch.float64, generator=generator) * 2 - 1
+    grad = torch.rand(2, 4, 37, 64, dtype=torch.float64, generator=generator) * 2 - 1
+    for pairing in ("half", "interleaved"):
+        module = RotaryEmbedding(64, pairing=pairing)
+        x_dev = x.float().to(DEVICE).requires_grad_()
+        module(x_dev).backward(grad.float().to(DEVICE))
+        exact_x = x.clone().requires_grad_()
+        module(exact_x).backward(grad)
+        error = float((x_dev.grad.double().cpu() - exact_x.grad).abs().max())
+        found.append(
+            {"case": f"gradient {pairing} float32", "error": error, "bound": 2e-6,
+             "met": error <= 2e-6}
+        )  # fmt: skip
+    return found
+
+
 def check_no_sync() -> dict:
     """Run posenc's forward with positions under set_sync_debug_mode("error")."""
     import torch
@@ -353,13 +523,6 @@ def run() -> dict:
     import transformers
     import triton
 
-    rows = [measure(shape, dtype) for shape, dtype in SHAPES]
-    decode = [measure(DECODE_SHAPE, dtype, start=DECODE_POSITION) for dtype in DTYPES]
-    accuracy, no_sync = check_accuracy(), check_no_sync()
-    sweep = {
-        "sequence": [measure(shape, "bfloat16", only=SWEEP_METHODS) for shape in SWEEP_SEQ],
-        "batch": [measure(shape, "bfloat16", only=SWEEP_METHODS) for shape in SWEEP_BATCH],
-    }
     results = {
         "gpu": torch.cuda.get_device_name(),
         "driver": _driver(),
@@ -367,15 +530,45 @@ def run() -> dict:
         "torch": torch.__version__,
         "triton": triton.__version__,
         "transformers": transformers.__version__,
-        "rows": with_multiples(rows),
-        "decode": with_multiples(decode),
-        "accuracy": accuracy,
-        "no_sync": no_sync,
-        "sweep": {axis: with_multiples(found) for axis, found in sweep.items()},
-        "backward": measure_backward(),
-        "attention": measure_attention_share(),
     }
-    results["goals"] = goals(rows, decode, accuracy, no_sync)
+    _section("rows", lambda: [measure(shape, dtype) for shape, dtype in SHAPES], results)
+    _section(
+        "decode",
+        lambda: [measure(DECODE_SHAPE, dtype, start=DECODE_POSITION) for dtype in DTYPES],
+        results,
+    )
+    _section("kernel_checks", check_kernel, results)
+    _progress(f"kernel checks: {[c for c in results.get('kernel_checks', []) if not c['met']]}")
+    _section("accuracy", check_accuracy, results)
+    _section("no_sync", check_no_sync, results)
+    _section(
+        "sweep",
+        lambda: {
+            "sequence": [measure(s, "bfloat16", only=SWEEP_METHODS) for s in SWEEP_SEQ],
+            "batch": [measure(s, "bfloat16", only=SWEEP_METHODS) for s in SWEEP_BATCH],
+        },
+        results,
+    )
+    _section(
+        "graphs",
+        lambda: (
+            [measure_graphs(shape, dtype) for shape, dtype in SHAPES]
+            + [measure_graphs(DECODE_SHAPE, d, start=DECODE_POSITION) for d in DTYPES]
+        ),
+        results,
+    )
+    _section("backward", measure_backward, results)
+    _section("attention", measure_attention_share, results)
+    found = {k: results.get(k) for k in ("rows", "decode", "accuracy", "no_sync")}
+    _section("goals", lambda: goals(**found), results)
+    _section("graph_goals", lambda: graph_goals(results["graphs"]), results)
+    for key in ("rows", "decode"):
+        if key in results:
+            results[key] = with_multiples(results[key])
+    if "graphs" in results:
+        results["graphs"] = with_multiples(results["graphs"])
+    if "sweep" in results:
+        results["sweep"] = {axis: with_multiples(f) for axis, f in results["sweep"].items()}
     return results
 
 
@@ -393,7 +586,10 @@ def main(argv=None) -> int:
     results = run()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=1) + "\n")
-    print(format_report(results))
+    try:
+        print(format_report(results))
+    except (KeyError, TypeError) as error:  # a section failed: the file says which
+        print(f"no report ({error!r}); errors: {results.get('errors')}")
     return 0 if all_met(results) else 1
 
 

@@ -123,6 +123,7 @@ def on_the_cpu(monkeypatch):
 
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     monkeypatch.setattr(triton.testing, "do_bench", do_bench)
+    monkeypatch.setattr(triton.testing, "do_bench_cudagraph", do_bench)
     monkeypatch.setattr(torch, "compile", lambda fn: fn)
     monkeypatch.setattr(rope_gpu, "DEVICE", "cpu")
     return calls
@@ -145,6 +146,20 @@ def test_the_measuring_code_runs(on_the_cpu):
     attention = rope_gpu.measure_attention_share((1, 2, 8, 16), "float32")
     assert attention["rope_share"] == pytest.approx(0.5)
     assert len(on_the_cpu) == 9 + 5 + 4 + 2
+    graphs = rope_gpu.measure_graphs((2, 4, 8, 16), "float32", start=5)
+    assert set(graphs["times"]) == set(rope_gpu.GRAPH_METHODS) and "errors" not in graphs
+    assert graphs["position_check_eager"] == 1.0
+    assert len(on_the_cpu) == 9 + 5 + 4 + 2 + len(rope_gpu.GRAPH_METHODS) + 1
+
+
+def test_the_kernel_checks_compare_with_the_float64_formula(on_the_cpu):
+    # On the CPU the module computes float32 in float32 (within the bound) and bfloat16
+    # in bfloat16 (several roundings: over the one-rounding bound the GPU kernel meets)
+    rows = rope_gpu.check_kernel()
+    assert len(rows) == 2 * 2 * 2 * 2 * 3 + 2
+    exact = [row for row in rows if "bfloat16" not in row["case"]]
+    assert exact and all(row["met"] for row in exact), exact
+    assert not all(row["met"] for row in rows if "bfloat16" in row["case"])
 
 
 def test_the_hugging_face_side_rotates_q_as_the_module_does(on_the_cpu):
@@ -161,3 +176,39 @@ def test_the_hugging_face_side_rotates_q_as_the_module_does(on_the_cpu):
     want = RotaryEmbedding(16, base=rope_gpu.BASE)(q.double(), positions).float()
     torch.testing.assert_close(methods["hf_eager"](), want, rtol=0, atol=1e-5)
     torch.testing.assert_close(methods["posenc_half_positions"](), want, rtol=0, atol=1e-5)
+
+
+def test_the_committed_gpu_results_are_a_full_run():
+    # data/rope_gpu.json: one run of this script on a CUDA GPU, every section present,
+    # no method failed, every multiple and goal what its own times give
+    results = json.loads((ROOT / "data" / "rope_gpu.json").read_text())
+    assert "errors" not in results and results["gpu"].startswith("NVIDIA")
+    shapes = [(tuple(r["shape"]), r["dtype"]) for r in results["rows"]]
+    assert shapes == [(tuple(s), d) for s, d in rope_gpu.SHAPES]
+    assert [(tuple(r["shape"]), r["dtype"]) for r in results["decode"]] == [
+        (rope_gpu.DECODE_SHAPE, d) for d in rope_gpu.DTYPES
+    ]
+    for row in results["rows"] + results["decode"]:
+        assert "errors" not in row and len(row["times"]) == 9
+    assert [tuple(r["shape"]) for r in results["graphs"]] == [tuple(s) for s, _ in shapes] + [
+        rope_gpu.DECODE_SHAPE
+    ] * 2
+    for row in results["graphs"]:
+        assert "errors" not in row and set(row["times"]) == set(rope_gpu.GRAPH_METHODS)
+    for axis, shapes_ in (("sequence", rope_gpu.SWEEP_SEQ), ("batch", rope_gpu.SWEEP_BATCH)):
+        rows = results["sweep"][axis]
+        assert [tuple(r["shape"]) for r in rows] == list(shapes_)
+        assert all(set(r["times"]) == set(rope_gpu.SWEEP_METHODS) for r in rows)
+    for row in rope_gpu.with_multiples(results["rows"] + results["graphs"]):
+        assert all(t > 0 for t in row["times"].values())
+    kept = {k: results[k] for k in ("accuracy", "no_sync")}
+    found = rope_gpu.goals(results["rows"], results["decode"], **kept)
+    assert [g["goal"] for g in found] == [g["goal"] for g in results["goals"]]
+    assert [g["met"] for g in found] == [g["met"] for g in results["goals"]]
+    assert rope_gpu.graph_goals(results["graphs"]) == results["graph_goals"]
+    assert len(results["kernel_checks"]) == 2 * 2 * 2 * 2 * 3 + 2
+    assert all(c["met"] for c in results["kernel_checks"])
+    share = results["attention"]["times"]
+    assert results["attention"]["rope_share"] == pytest.approx(
+        share["rope_q_and_k"] / (share["rope_q_and_k"] + share["attention"])
+    )

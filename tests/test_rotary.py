@@ -497,3 +497,24 @@ def test_length_dependent_speeds_for_a_whole_sequence_stay_on_the_device(rope, l
         theta = module._theta_for_length(length, meta)
     assert theta.device == meta and theta.shape == (2,)
     assert all(devices == {"meta"} for _, devices in recorder.ops), recorder.ops
+
+
+@pytest.mark.parametrize(
+    "values, ok",
+    [
+        ([0, 5, 2**53 - 1], True),
+        ([0, -1, 5], False),
+        ([2**53], False),
+        ([2**62, 3], False),
+        ([-(2**63)], False),
+        ([-(2**53)], False),
+    ],
+)
+def test_the_device_range_check_is_exactly_zero_to_two_to_the_53(values, ok):
+    # what the accelerator path asserts without waiting for the device
+    from posenc.rotary import _in_range
+
+    assert bool(_in_range(torch.tensor(values, dtype=torch.int64))) is ok
+    small = [v for v in values if -(2**31) <= v < 2**31]
+    if small:
+        assert bool(_in_range(torch.tensor(small, dtype=torch.int32))) is (min(small) >= 0)

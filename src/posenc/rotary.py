@@ -83,9 +83,21 @@ def _check_position_values(positions: torch.Tensor, name: str = "positions") -> 
                 f"{name} must be < 2**53 (float64 angles hold every integer below it), got {high}"
             )
         return
-    torch._assert_async(positions.min() >= 0, f"{name} must be >= 0")
+    if positions.dtype == torch.uint8:
+        return  # never negative, never large
+    torch._assert_async(_in_range(positions), f"{name} must be >= 0 and < 2**53")
+
+
+def _in_range(positions: torch.Tensor) -> torch.Tensor:
+    """A 0-d bool tensor: every position in [0, 2**53), in as few kernels as it takes.
+
+    For int64, ``p >> 53`` is 0 exactly on [0, 2**53) (a negative p shifts to -1,
+    p >= 2**53 to >= 1): three kernels (shift, compare, all) instead of a min and a max
+    with two comparisons. Narrower integers are below 2**53 anyway: only the sign.
+    """
     if positions.dtype == torch.int64:
-        torch._assert_async(positions.max() < MAX_POSITION, f"{name} must be < 2**53")
+        return ((positions >> 53) == 0).all()
+    return (positions >= 0).all()
 
 
 class RotaryEmbedding(nn.Module):
