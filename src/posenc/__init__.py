@@ -28,6 +28,9 @@ the benchmarks import these functions instead of re-typing them.
   causal mask (chapter 8).
 - :mod:`posenc.long_context` — RoPE's frequencies scaled for longer contexts: position
   interpolation, NTK-aware and dynamic NTK, YaRN, Llama 3.
+- :mod:`posenc.multidim` — positions in two and three dimensions: the 2-D sine-cosine
+  table of vision Transformers, the (row, col) of a grid for axial RoPE, and Qwen2-VL's
+  M-RoPE position ids for images and video inside text.
 - :mod:`posenc.block` — a Transformer encoder block in NumPy and the encoding added to
   its input, on the right axis (chapter 7).
 - :mod:`posenc.torch` — the sinusoidal and learned encodings as PyTorch modules and a
@@ -44,6 +47,7 @@ from posenc import (
     checks,
     implementations,
     long_context,
+    multidim,
     museum,
     properties,
 )
@@ -57,6 +61,7 @@ __all__ = [
     "implementations",
     "layout_permutation",
     "long_context",
+    "multidim",
     "museum",
     "properties",
     "sinusoidal",

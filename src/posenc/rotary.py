@@ -122,6 +122,18 @@ class RotaryEmbedding(nn.Module):
         head_dim); ``"bshd"``: x is (..., seq, heads, head_dim), as (batch, seq, heads,
         head_dim), the layout of flash-attention and of q before the transpose in
         Hugging Face models.
+    axes_dims : axial RoPE over several position axes (FLUX's ``axes_dim``; the axial
+        form of Heo et al., 2024): even widths ``(d_0, ..., d_{n-1})`` summing to
+        rotary_dim. The rotated features are cut into n contiguous chunks; chunk a is a
+        RoPE of width d_a, with its own speeds base^(-2j/d_a) and the module's pairing
+        inside the chunk, turned by axis a's position. ``forward`` then needs positions
+        of shape (seq, n) or (batch, seq, n). With one axis it is plain RoPE.
+    mrope_section : Qwen2-VL's multimodal RoPE: three pair counts ``(s_t, s_h, s_w)``
+        summing to rotary_dim / 2 (transformers' ``rope_scaling["mrope_section"]``). The
+        speeds are plain RoPE's; pairs 0 .. s_t - 1 take their angle from the temporal
+        position, the next s_h from the height, the last s_w from the width.
+        ``forward`` then needs positions of shape (3, seq) or (3, batch, seq), axis
+        first, as Qwen2-VL's ``position_ids``. Three equal rows give plain RoPE.
 
     ``forward(x, positions=None)`` takes x in any floating dtype and returns a tensor of
     the same shape, dtype and device. ``positions`` is None (0 .. seq - 1), a (seq,)
@@ -152,6 +164,8 @@ class RotaryEmbedding(nn.Module):
         rotary_dim=None,
         attention_scale=1.0,
         layout="bhsd",
+        axes_dims=None,
+        mrope_section=None,
     ):
         super().__init__()
         self.head_dim = integer("head_dim", head_dim, minimum=2)
@@ -174,9 +188,65 @@ class RotaryEmbedding(nn.Module):
             )
         else:
             theta = self._pair_speeds("frequencies", frequencies)
+        if axes_dims is not None and mrope_section is not None:
+            raise ValueError(
+                f"give axes_dims or mrope_section, not both: got axes_dims={axes_dims!r} "
+                f"and mrope_section={mrope_section!r}"
+            )
+        self.axes_dims = None if axes_dims is None else self._axes_dims(axes_dims, frequencies)
+        self.mrope_section = None if mrope_section is None else self._sections(mrope_section)
+        if self.axes_dims is not None:  # each chunk its own speeds, in feature order
+            theta = np.concatenate(
+                [self.base ** (-np.arange(0, d, 2, dtype=np.float64) / d) for d in self.axes_dims]
+            )
         self._theta = theta  # float64, NumPy: never converted by .to() or .half()
         self.rope_parameters: RopeParameters | None = None
         self._cache: dict[tuple, tuple] = {}
+
+    def _axes_dims(self, values, frequencies) -> tuple[int, ...]:
+        dims = _int_tuple("axes_dims", values)
+        if not dims:
+            raise ValueError(f"axes_dims must name at least one axis, got {values!r}")
+        if any(d < 2 or d % 2 for d in dims):
+            raise ValueError(
+                f"axes_dims must be even widths >= 2 (each chunk rotates pairs), got {dims}"
+            )
+        if sum(dims) != self.rotary_dim:
+            raise ValueError(
+                f"axes_dims must add up to rotary_dim = {self.rotary_dim}, got {dims} "
+                f"(sum {sum(dims)})"
+            )
+        if frequencies is not None:
+            raise ValueError(
+                "frequencies cannot be combined with axes_dims: each chunk's speeds are "
+                f"base^(-2j/d_a); got axes_dims={dims} and frequencies"
+            )
+        return dims
+
+    def _sections(self, values) -> tuple[int, int, int]:
+        sections = _int_tuple("mrope_section", values)
+        if len(sections) != 3:
+            raise ValueError(
+                f"mrope_section must be three pair counts (temporal, height, width), got {values!r}"
+            )
+        if any(s < 1 for s in sections):
+            raise ValueError(f"mrope_section entries must be >= 1 pair, got {sections}")
+        if sum(sections) != self.rotary_dim // 2:
+            raise ValueError(
+                f"mrope_section counts pairs and must add up to rotary_dim / 2 = "
+                f"{self.rotary_dim // 2}, got {sections} (sum {sum(sections)})"
+            )
+        return sections
+
+    @property
+    def n_axes(self) -> int:
+        """How many position axes forward expects: 1, len(axes_dims) or 3 (M-RoPE)."""
+        if self.axes_dims is not None:
+            return len(self.axes_dims)
+        return 1 if self.mrope_section is None else 3
+
+    def _multi_axis(self) -> bool:
+        return self.axes_dims is not None or self.mrope_section is not None
 
     def _pair_speeds(self, name: str, values) -> np.ndarray:
         pairs = self.rotary_dim // 2
@@ -304,6 +374,11 @@ class RotaryEmbedding(nn.Module):
         ``device`` (default: the positions' device). Positions are integers in
         [0, 2**53).
 
+        With ``axes_dims`` or ``mrope_section``, positions come in the layout ``forward``
+        takes them ((seq, n) or (batch, seq, n); (3, seq) or (3, batch, seq)) and the
+        tables follow the positions without their axis: pair i of the tables is pair i
+        of the rotation (for axes_dims, chunk by chunk).
+
         ``hf_format=True`` returns what a Hugging Face rotary module returns for
         ``position_ids`` of the same shape (a (seq,) tensor counts as (1, seq)): tables
         of width rotary_dim, each angle twice, as [θ_0..θ_{r/2-1}, θ_0..θ_{r/2-1}] for
@@ -313,9 +388,20 @@ class RotaryEmbedding(nn.Module):
         dtype = torch.get_default_dtype() if dtype is None else dtype
         if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
             raise TypeError(f"dtype must be a floating-point torch dtype, got {dtype}")
+        if self._multi_axis():
+            positions = self._axes_last(positions)
+            if hf_format and self.axes_dims is not None:
+                raise ValueError(
+                    "hf_format=True has no meaning with axes_dims: each chunk pairs its own "
+                    "features"
+                )
         _check_position_values(positions)
         device = positions.device if device is None else torch.device(device)
-        cos, sin = self._cos_sin(positions, dtype, device)
+        if self._multi_axis():
+            cos, sin = self._multi_cos_sin(positions, dtype, device)
+            positions = positions[..., 0]  # the shape the tables follow
+        else:
+            cos, sin = self._cos_sin(positions, dtype, device)
         if hf_format:
             if positions.dim() == 1:
                 cos, sin = cos[None], sin[None]
@@ -333,6 +419,94 @@ class RotaryEmbedding(nn.Module):
         scale = self.attention_scale
         cos, sin = scale * torch.cos(angles), scale * torch.sin(angles)
         return cos.to(device=device, dtype=dtype), sin.to(device=device, dtype=dtype)
+
+    def _axes_last(self, positions: torch.Tensor) -> torch.Tensor:
+        """Multi-axis positions as (seq, n) or (batch, seq, n), or ValueError naming the shape."""
+        shape = tuple(positions.shape)
+        if self.axes_dims is not None:
+            n = len(self.axes_dims)
+            if positions.dim() not in (2, 3) or shape[-1] != n:
+                raise ValueError(
+                    f"positions must have shape (seq, {n}) or (batch, seq, {n}) with "
+                    f"axes_dims={self.axes_dims}: one position per axis, got {shape}"
+                )
+            return positions
+        if positions.dim() not in (2, 3) or shape[0] != 3:
+            raise ValueError(
+                f"positions must have shape (3, seq) or (3, batch, seq) with "
+                f"mrope_section={self.mrope_section} (temporal, height, width first, as "
+                f"Qwen2-VL's position_ids), got {shape}"
+            )
+        return positions.movedim(0, -1)
+
+    def _multi_cos_sin(self, positions: torch.Tensor, dtype, device) -> tuple:
+        """(cos, sin) of shape positions.shape[:-1] + (rotary_dim // 2,) for n-axis positions.
+
+        Pair i turns by the position of its axis times its speed, in float64.
+        """
+        where = _float64_device(positions.device)
+        if self.axes_dims is not None:
+            axis = np.repeat(np.arange(len(self.axes_dims)), [d // 2 for d in self.axes_dims])
+        else:
+            axis = np.repeat(np.arange(3), self.mrope_section)
+        index = self._constant("pair_axis", axis, where).to(torch.int64)
+        per_pair = positions.to(where).to(torch.float64).index_select(-1, index)
+        angles = per_pair * self._constant("theta", self._theta, where)
+        scale = self.attention_scale
+        cos, sin = scale * torch.cos(angles), scale * torch.sin(angles)
+        return cos.to(device=device, dtype=dtype), sin.to(device=device, dtype=dtype)
+
+    def _forward_multi(self, x: torch.Tensor, positions, seq_axis: int) -> torch.Tensor:
+        """Axial RoPE or M-RoPE through the pair formula."""
+        if positions is None:
+            raise ValueError(
+                f"positions are required with {self._mode_repr()}: give them with shape "
+                f"{self._positions_shapes()}, got None"
+            )
+        positions = _integer_positions(positions)
+        given = tuple(positions.shape)
+        positions = self._axes_last(positions)
+        length = x.shape[seq_axis]
+        if positions.shape[-2] != length:
+            raise ValueError(
+                f"positions must have shape {self._positions_shapes()} with seq = {length} "
+                f"(x has shape {tuple(x.shape)}), got {given}"
+            )
+        batched = positions.dim() == 3
+        if batched and not (x.dim() == 4 and positions.shape[0] in (1, x.shape[0])):
+            raise ValueError(
+                f"batched positions need a 4-D x with the same batch (or a batch of 1 to "
+                f"share), got positions of shape {given} for x "
+                f"{tuple(x.shape)}"
+            )
+        _check_position_values(positions)
+        cos, sin = self._multi_cos_sin(positions.to(x.device), x.dtype, x.device)
+        marker = positions[..., 0]  # (seq,) or (batch, seq): how the tables broadcast
+        cos = _broadcastable(cos, marker, self.layout)
+        sin = _broadcastable(sin, marker, self.layout)
+        if self.mrope_section is not None:
+            return _rotate(x, cos, sin, self.pairing, self.rotary_dim)
+        chunks, start = [], 0
+        for d in self.axes_dims:
+            pairs = slice(start // 2, (start + d) // 2)
+            chunk = x[..., start : start + d]
+            chunks.append(_rotate(chunk, cos[..., pairs], sin[..., pairs], self.pairing, d))
+            start += d
+        if self.rotary_dim < x.shape[-1]:
+            rest = x[..., self.rotary_dim :]
+            chunks.append(rest.expand(*chunks[0].shape[:-1], rest.shape[-1]))
+        return torch.cat(chunks, dim=-1)
+
+    def _mode_repr(self) -> str:
+        if self.axes_dims is not None:
+            return f"axes_dims={self.axes_dims}"
+        return f"mrope_section={self.mrope_section}"
+
+    def _positions_shapes(self) -> str:
+        if self.axes_dims is not None:
+            n = len(self.axes_dims)
+            return f"(seq, {n}) or (batch, seq, {n})"
+        return "(3, seq) or (3, batch, seq)"
 
     @torch.compiler.disable
     def _tables(self, length: int, dtype: torch.dtype, device) -> tuple:
@@ -413,6 +587,8 @@ class RotaryEmbedding(nn.Module):
 
     def forward(self, x: torch.Tensor, positions=None) -> torch.Tensor:
         seq_axis = self._check_x(x)
+        if self._multi_axis():
+            return self._forward_multi(x, positions, seq_axis)
         plan = self._plan(x, positions, seq_axis)
         return self._rotate_planned(x, plan)
 
@@ -428,6 +604,8 @@ class RotaryEmbedding(nn.Module):
                 f"q and k must have the same sequence length, got q {tuple(q.shape)} and "
                 f"k {tuple(k.shape)}"
             )
+        if self._multi_axis():
+            return self(q, positions), self(k, positions)
         plan = self._plan(q, positions, seq_axis)
         same_path = ("triton" in plan) == _use_triton(k) and k.shape[0] == q.shape[0]
         if k.dtype != q.dtype or k.device != q.device or not same_path:
@@ -480,11 +658,23 @@ class RotaryEmbedding(nn.Module):
     def extra_repr(self) -> str:
         params = self.rope_parameters
         kind = "" if params is None else f", rope_type={params.rope_type!r}"
+        if self._multi_axis():
+            kind += f", {self._mode_repr()}"
         return (
             f"head_dim={self.head_dim}, rotary_dim={self.rotary_dim}, base={self.base:g}, "
             f"pairing={self.pairing!r}, layout={self.layout!r}, "
             f"attention_scale={self.attention_scale:g}{kind}"
         )
+
+
+def _int_tuple(name: str, values) -> tuple[int, ...]:
+    """``values`` (a list or tuple of ints) as a tuple of Python ints, or TypeError."""
+    if isinstance(values, str) or not isinstance(values, list | tuple):
+        raise TypeError(f"{name} must be a tuple of ints, got {values!r}")
+    for value in values:
+        if isinstance(value, bool | np.bool_) or not isinstance(value, int | np.integer):
+            raise TypeError(f"{name} must be a tuple of ints, got {values!r}")
+    return tuple(int(value) for value in values)
 
 
 def _broadcastable(table: torch.Tensor, positions, layout: str) -> torch.Tensor:
