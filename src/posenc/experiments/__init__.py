@@ -9,6 +9,10 @@
 - :mod:`posenc.experiments.long_context` — chapter 9's RoPE models stretched to
   longer inputs with scaled frequencies, zero-shot and after a short fine-tune:
   ``python -m posenc.experiments.long_context --jobs 2`` (resumable).
+- :mod:`posenc.experiments.grid` — tokens on a grid, the target the token above: train
+  at 8 x 8, test at 8 x 8, 12 x 12 and 16 x 16 with RoPE over the raster order, axial
+  RoPE over (row, col) or 2-D sincos: ``python -m posenc.experiments.grid --jobs 2``
+  (resumable).
 - :mod:`posenc.experiments.analysis` — bootstrap intervals over seeds, windowed
   accuracy, accuracy steps, and RoPE's predicted lag aliases (NumPy only).
 """

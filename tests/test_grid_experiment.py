@@ -1,0 +1,209 @@
+"""The grid experiment: its task, the positions each arm gets, its runner and its data."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("tqdm")
+
+from posenc.experiments import grid  # noqa: E402
+from posenc.experiments.analysis import bootstrap_interval  # noqa: E402
+from posenc.multidim import grid_positions, sincos_2d  # noqa: E402
+from posenc.rotary import RotaryEmbedding  # noqa: E402
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "grid_generalization.csv"
+SETUP = grid.QUICK  # 3 x 3 training grids, scored at 3 x 3 and 4 x 4
+
+
+def test_the_target_is_the_token_above_and_row_0_is_unscored():
+    tokens, targets = grid.make_batch(torch.Generator().manual_seed(5), 2, 3, 3)
+    assert tokens.shape == targets.shape == (2, 9)
+    for t, y in zip(tokens.tolist(), targets.tolist(), strict=True):
+        a, b, c, d, e, f, *_ = t  # the grid [[a, b, c], [d, e, f], [g, h, i]]
+        assert y == [-1, -1, -1, a, b, c, d, e, f]
+    assert tokens.min() >= 0 and tokens.max() < grid.VOCAB
+    tokens, targets = grid.make_batch(torch.Generator().manual_seed(5), 1, 2, 4)  # 2 rows of 4
+    assert targets[0].tolist() == [-1] * 4 + tokens[0, :4].tolist()
+
+
+def test_held_out_grids_are_fixed_and_not_a_training_stream():
+    first, again = grid.held_out_batch(4, 8), grid.held_out_batch(4, 8)
+    assert torch.equal(first[0], again[0])
+    training = grid.make_batch(torch.Generator().manual_seed(0), 8, 4, 4)
+    assert not torch.equal(first[0], training[0])
+
+
+def _record_rotations(monkeypatch):
+    """Every RotaryEmbedding call from now on: (rotated width, sequence length, positions)."""
+    calls = []
+    plain = RotaryEmbedding.forward
+
+    def recording(self, x, positions=None):
+        calls.append((x.shape[-1], x.shape[-2], positions))
+        return plain(self, x, positions)
+
+    monkeypatch.setattr(RotaryEmbedding, "forward", recording)
+    return calls
+
+
+def _side(length: int) -> int:
+    side = math.isqrt(length)
+    assert side * side == length
+    return side
+
+
+def _calls_per_model(setup, rotations_per_layer):
+    # training steps, then one pass per evaluation size; q and k in every layer
+    passes = setup.steps + len(setup.eval_sizes)
+    return passes * setup.n_layers * 2 * rotations_per_layer
+
+
+def test_rope_1d_turns_every_query_and_key_by_the_raster_index(monkeypatch):
+    calls = _record_rotations(monkeypatch)
+    grid.unit_rows(SETUP, "rope_1d", 0)
+    head = SETUP.d_model // SETUP.n_heads
+    assert len(calls) == _calls_per_model(SETUP, 1)
+    for width, length, positions in calls:
+        assert width == head
+        assert positions.tolist() == list(range(length))
+    assert {length for _, length, _ in calls} == {9, 16}  # trained at 3 x 3, scored at 4 x 4
+
+
+def test_axial_turns_half_the_features_by_the_row_and_half_by_the_column(monkeypatch):
+    calls = _record_rotations(monkeypatch)
+    grid.unit_rows(SETUP, "rope_axial", 0)
+    half = SETUP.d_model // SETUP.n_heads // 2
+    assert len(calls) == _calls_per_model(SETUP, 2)
+    for (w_row, length, rows), (w_col, _, cols) in zip(calls[::2], calls[1::2], strict=True):
+        side = _side(length)
+        assert w_row == w_col == half
+        assert rows.tolist() == [i // side for i in range(length)]
+        assert cols.tolist() == [i % side for i in range(length)]
+
+
+def test_swapping_rows_and_columns_changes_the_axial_model():
+    model = grid.GridModel("rope_axial", SETUP).eval()
+    tokens = grid.held_out_batch(4, 2)[0][:, :12]  # a 3 x 4 grid: rows and columns differ
+    positions = model.positions(3, 4)
+    assert positions.tolist() == [[r, c] for r in range(3) for c in range(4)]
+    with torch.no_grad():
+        logits = model(tokens, (3, 4))
+        model.positions = lambda height, width: positions[:, [1, 0]]
+        swapped = model(tokens, (3, 4))
+    assert not torch.allclose(logits, swapped, atol=1e-4)
+
+
+def test_axial_scores_depend_on_the_row_and_column_offsets_only():
+    q, k = torch.randn(2, 1, 6, 16, dtype=torch.float64).unbind(0)
+    rows, cols = torch.tensor([0, 0, 1, 1, 2, 2]), torch.tensor([0, 1, 0, 1, 0, 1])
+
+    def scores(dr, dc):
+        return grid._axial(q, rows + dr, cols + dc) @ grid._axial(k, rows + dr, cols + dc).mT
+
+    assert torch.allclose(scores(0, 0), scores(5, 3), atol=1e-12)
+    assert not torch.allclose(
+        scores(0, 0), grid._axial(q, cols, rows) @ grid._axial(k, cols, rows).mT
+    )
+
+
+def test_axial_matches_the_rotary_modules_axes_mode_where_it_exists():
+    try:
+        module = RotaryEmbedding(16, pairing="interleaved", axes_dims=(8, 8))
+    except TypeError:
+        pytest.skip("RotaryEmbedding has no axes_dims yet")
+    q = torch.randn(2, 3, 12, 16, dtype=torch.float64)
+    positions = torch.from_numpy(grid_positions(3, 4))
+    expected = grid._axial(q, positions[:, 0], positions[:, 1])
+    assert torch.allclose(module(q, positions), expected, atol=1e-12)
+
+
+def test_sincos_2d_adds_the_library_table_and_rotates_nothing(monkeypatch):
+    calls = _record_rotations(monkeypatch)
+    added = []
+    plain = grid._GridTable.forward
+
+    def recording(self, x):
+        y = plain(self, x)
+        added.append((self.grid, (y - x)[0].detach().numpy()))
+        return y
+
+    monkeypatch.setattr(grid._GridTable, "forward", recording)
+    grid.unit_rows(SETUP, "sincos_2d", 0)
+    assert calls == []
+    assert len(added) == SETUP.steps + len(SETUP.eval_sizes)
+    for (height, width), table in added:
+        expected = sincos_2d(height, width, SETUP.d_model).astype(np.float32)
+        np.testing.assert_allclose(table, expected, atol=1e-5)  # (x + t) - x in float32
+    assert [shape for shape, _ in added[-2:]] == [(3, 3), (4, 4)]
+
+
+def test_a_unit_is_deterministic_given_its_seed():
+    assert grid.unit_rows(SETUP, "rope_1d", 1) == grid.unit_rows(SETUP, "rope_1d", 1)
+
+
+def _read(path):
+    with path.open(newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_the_runner_skips_done_units_and_refuses_another_setups_file(tmp_path):
+    out = tmp_path / "grid.csv"
+    arms = ("rope_1d",)
+    assert grid.run(SETUP, out, arms=arms, seeds=1, progress=False) == 1
+    assert grid.run(SETUP, out, arms=arms, seeds=1, progress=False) == 0
+    assert grid.run(SETUP, out, arms=arms, seeds=2, progress=False) == 1
+    rows = _read(out)
+    assert [(r["seed"], r["size"]) for r in rows] == [
+        ("0", "3"),
+        ("0", "4"),
+        ("1", "3"),
+        ("1", "4"),
+    ]
+    assert {r["setup"] for r in rows} == {SETUP.id}
+    other = dataclasses.replace(SETUP, steps=SETUP.steps + 1)
+    assert other.id != SETUP.id
+    with pytest.raises(ValueError, match="another setup"):
+        grid.run(other, out, arms=arms, seeds=2, progress=False)
+    out.write_text("".join(out.read_text().splitlines(keepends=True)[:-1]))  # a size lost
+    with pytest.raises(ValueError, match="without all sizes"):
+        grid.run(SETUP, out, arms=arms, seeds=2, progress=False)
+
+
+def test_summary_gives_the_mean_and_bootstrap_interval_per_arm_and_size():
+    accuracies = {("rope_1d", 8): [1.0, 1.0, 1.0], ("rope_1d", 12): [0.1, 0.2, 0.6]}
+    rows = [
+        {"arm": arm, "size": str(size), "seed": str(seed), "accuracy": str(a)}
+        for (arm, size), values in accuracies.items()
+        for seed, a in enumerate(values)
+    ]
+    table = grid.summary(rows)
+    assert [(t["arm"], t["size"], t["seeds"]) for t in table] == [
+        ("rope_1d", 8, 3),
+        ("rope_1d", 12, 3),
+    ]
+    assert (table[0]["mean"], table[0]["low"], table[0]["high"]) == (1.0, 1.0, 1.0)
+    assert table[1]["mean"] == pytest.approx(0.3)
+    assert (table[1]["mean"], table[1]["low"], table[1]["high"]) == bootstrap_interval(
+        [0.1, 0.2, 0.6]
+    )
+    assert 0.1 <= table[1]["low"] < 0.3 < table[1]["high"] <= 0.6
+    with pytest.raises(ValueError, match="seeds"):
+        grid.summary(rows[:-1])  # rope_1d at 12 lacks seed 2
+
+
+def test_the_committed_data_holds_every_arm_size_and_seed_of_one_setup():
+    rows = _read(DATA)
+    assert tuple(rows[0]) == grid.FIELDS
+    assert {r["setup"] for r in rows} == {grid.FULL.id}
+    keys = [(r["arm"], int(r["size"]), int(r["seed"])) for r in rows]
+    expected = {(a, s, seed) for a in grid.ARMS for s in grid.FULL.eval_sizes for seed in range(5)}
+    assert len(keys) == len(set(keys)) and set(keys) == expected
+    assert {int(r["steps"]) for r in rows} == {grid.FULL.steps}
+    assert all(0 <= float(r["accuracy"]) <= 1 for r in rows)
