@@ -19,6 +19,7 @@ from posenc.multidim import grid_positions, sincos_2d  # noqa: E402
 from posenc.rotary import RotaryEmbedding  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "grid_generalization.csv"
+CELLS = DATA.with_name("grid_generalization_cells.csv")
 SETUP = grid.QUICK  # 3 x 3 training grids, scored at 3 x 3 and 4 x 4
 
 
@@ -155,6 +156,8 @@ def _read(path):
 
 def test_the_runner_skips_done_units_and_refuses_another_setups_file(tmp_path):
     out = tmp_path / "grid.csv"
+    cells = tmp_path / "grid_cells.csv"
+    assert grid.cells_path(out) == cells
     arms = ("rope_1d",)
     assert grid.run(SETUP, out, arms=arms, seeds=1, progress=False) == 1
     assert grid.run(SETUP, out, arms=arms, seeds=1, progress=False) == 0
@@ -167,13 +170,79 @@ def test_the_runner_skips_done_units_and_refuses_another_setups_file(tmp_path):
         ("1", "4"),
     ]
     assert {r["setup"] for r in rows} == {SETUP.id}
+    cell_rows = _read(cells)
+    assert len(cell_rows) == 2 * 3 * 4  # two seeds, rows 1 .. 3 of a 4 x 4 grid
+    assert {r["setup"] for r in cell_rows} == {SETUP.id}
+    # a lost cells file is remade without writing the units' rows twice
+    cells.unlink()
+    assert grid.run(SETUP, out, arms=arms, seeds=2, progress=False) == 2
+    assert _read(out) == rows and _read(cells) == cell_rows
     other = dataclasses.replace(SETUP, steps=SETUP.steps + 1)
     assert other.id != SETUP.id
     with pytest.raises(ValueError, match="another setup"):
         grid.run(other, out, arms=arms, seeds=2, progress=False)
+    text = cells.read_text()
+    cells.write_text("".join(text.splitlines(keepends=True)[:-1]))  # a cell lost
+    with pytest.raises(ValueError, match="without all 4 x 4 cells"):
+        grid.run(SETUP, out, arms=arms, seeds=2, progress=False)
+    cells.write_text(text)
     out.write_text("".join(out.read_text().splitlines(keepends=True)[:-1]))  # a size lost
     with pytest.raises(ValueError, match="without all sizes"):
         grid.run(SETUP, out, arms=arms, seeds=2, progress=False)
+
+
+class _Copies:
+    """A stand-in model that predicts, at raster index i, the token ``back`` places
+    earlier (symbol 0 where there is none): one-hot logits."""
+
+    def __init__(self, back):
+        self.back = back
+
+    def __call__(self, tokens, grid_shape):
+        width = grid_shape[1]
+        back = width if self.back == "above" else self.back
+        guess = torch.zeros_like(tokens)
+        guess[:, back:] = tokens[:, :-back]
+        return torch.nn.functional.one_hot(guess, grid.VOCAB).float()
+
+
+def test_copies_8_back_tells_the_training_width_from_the_token_above():
+    setup = grid.FULL  # trained at 8 x 8: "8 back" is the training width
+    tokens, targets = grid.held_out_batch(12, setup.eval_batch)
+    scored = targets >= 0
+    agree = (tokens[:, 4:-8] == targets[:, 12:]).float().mean().item()  # 8 back == above
+
+    width = grid.evaluate(_Copies(8), 12, setup)
+    assert width["copies_8_back"] == 1.0
+    assert width["accuracy"] == pytest.approx(
+        agree, abs=1e-4
+    )  # right only where the two tokens agree
+    assert abs(width["accuracy"] - 1 / grid.VOCAB) < 0.01  # chance: 1 / 16
+    assert scored[:, 12:].all() and not scored[:, :12].any()
+
+    above = grid.evaluate(_Copies("above"), 12, setup)
+    assert above["accuracy"] == above["accuracy_inside"] == 1.0
+    assert above["copies_8_back"] == 0.0
+
+    seven = grid.evaluate(_Copies(7), 12, setup)  # another offset: copies 8 back by chance
+    assert abs(seven["copies_8_back"] - 1 / grid.VOCAB) < 0.01
+
+    at_training_size = grid.evaluate(_Copies(8), 8, setup)  # 8 back *is* the token above
+    assert at_training_size["accuracy"] == 1.0
+    assert math.isnan(at_training_size["copies_8_back"])
+
+
+def test_a_units_cells_cover_every_target_and_average_to_its_accuracy():
+    rows, cells = grid.unit(SETUP, "rope_axial", 0)
+    assert rows == grid.unit_rows(SETUP, "rope_axial", 0)
+    size = SETUP.eval_sizes[-1]
+    assert [(c["row"], c["col"]) for c in cells] == [
+        (r, c) for r in range(1, size) for c in range(size)
+    ]
+    assert {c["size"] for c in cells} == {size}
+    assert all(set(grid.CELL_FIELDS) == set(c) for c in cells)
+    mean = sum(c["accuracy"] for c in cells) / len(cells)
+    assert mean == pytest.approx(rows[-1]["accuracy"], abs=1e-4)
 
 
 def test_summary_gives_the_mean_and_bootstrap_interval_per_arm_and_size():
@@ -207,3 +276,33 @@ def test_the_committed_data_holds_every_arm_size_and_seed_of_one_setup():
     assert len(keys) == len(set(keys)) and set(keys) == expected
     assert {int(r["steps"]) for r in rows} == {grid.FULL.steps}
     assert all(0 <= float(r["accuracy"]) <= 1 for r in rows)
+    training = [r for r in rows if int(r["size"]) == grid.FULL.train_size]
+    assert all(math.isnan(float(r["copies_8_back"])) for r in training)
+    larger = [r for r in rows if int(r["size"]) != grid.FULL.train_size]
+    assert all(0 <= float(r["copies_8_back"]) <= 1 for r in larger)
+
+
+def test_the_committed_cells_hold_every_cell_with_a_target_at_16_and_match_the_accuracy():
+    rows, cells = _read(DATA), _read(CELLS)
+    assert tuple(cells[0]) == grid.CELL_FIELDS
+    assert {c["setup"] for c in cells} == {grid.FULL.id}
+    size = grid.FULL.eval_sizes[-1]
+    assert {int(c["size"]) for c in cells} == {size} and size == 16
+    keys = [(c["arm"], int(c["seed"]), int(c["row"]), int(c["col"])) for c in cells]
+    expected = {
+        (a, seed, r, c)
+        for a in grid.ARMS
+        for seed in range(5)
+        for r in range(1, size)
+        for c in range(size)
+    }
+    assert len(keys) == len(set(keys)) == len(grid.ARMS) * 5 * 15 * 16
+    assert set(keys) == expected
+    assert all(0 <= float(c["accuracy"]) <= 1 for c in cells)
+    for row in (r for r in rows if int(r["size"]) == size):
+        mine = [
+            float(c["accuracy"])
+            for c in cells
+            if (c["arm"], c["seed"]) == (row["arm"], row["seed"])
+        ]
+        assert sum(mine) / len(mine) == pytest.approx(float(row["accuracy"]), abs=1e-4)

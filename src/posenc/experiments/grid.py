@@ -16,36 +16,49 @@ chapter 9's :class:`~posenc.experiments.model.CausalLanguageModel`):
 
 Every model trains on 8 x 8 grids for the same number of steps with the same optimiser
 and is then scored on fixed held-out grids of 8 x 8, 12 x 12 and 16 x 16 (token accuracy
-over the scored targets, and over the cells inside the training grid alone). Run it from
-the repository's root::
+over the scored targets, and over the cells inside the training grid alone). Two more
+measurements show what a model does rather than how often it is right:
 
-    python -m posenc.experiments.grid --jobs 2   # writes data/grid_generalization.csv
+- ``copies_8_back`` (:data:`FIELDS`, see :func:`evaluate`): how often the prediction is
+  the token ``train_size`` (8) raster places back, the offset that *is* "above" on the
+  training grids, over the targets where that token differs from the token above;
+- the per-cell accuracy at the largest size (:data:`CELL_FIELDS`, :func:`cell_rows`):
+  for every cell (row, col) with a target, the fraction of held-out grids scored right.
 
-One unit is an (arm, seed); the runner appends each unit's rows as it finishes, skips
-the units the file holds and refuses a file of another setup (the setup id is on every
-row), as chapter 9's runners do. :func:`summary` reads the rows back (NumPy only).
+Run it from the repository's root::
+
+    python -m posenc.experiments.grid --jobs 2
+    # writes data/grid_generalization.csv and data/grid_generalization_cells.csv
+
+One unit is an (arm, seed); the runner appends each unit's rows to both files as it
+finishes, skips the units a file holds and refuses a file of another setup (the setup id
+is on every row), as chapter 9's runners do. :func:`summary` reads the rows back (NumPy
+only).
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import csv
 import dataclasses
 import functools
 import hashlib
 import json
 import math
+import multiprocessing
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from torch import nn
+from tqdm import tqdm
 
 from posenc._validation import choice, integer
 from posenc.experiments import length_generalization as lg
-from posenc.experiments import resumable
 from posenc.experiments.analysis import bootstrap_interval, per_seed
 from posenc.experiments.model import CausalLanguageModel
 from posenc.multidim import grid_positions, sincos_2d
@@ -53,6 +66,7 @@ from posenc.rotary import RotaryEmbedding
 
 __all__ = [
     "ARMS",
+    "CELL_FIELDS",
     "FIELDS",
     "FULL",
     "QUICK",
@@ -60,6 +74,10 @@ __all__ = [
     "VOCAB",
     "GridModel",
     "Setup",
+    "cell_rows",
+    "cells_path",
+    "done_cell_units",
+    "done_units",
     "evaluate",
     "held_out_batch",
     "main",
@@ -67,6 +85,7 @@ __all__ = [
     "run",
     "summary",
     "train",
+    "unit",
     "unit_rows",
 ]
 
@@ -87,7 +106,24 @@ FIELDS = (
     "accuracy",
     "accuracy_inside",
     "loss",
+    "copies_8_back",
 )
+"""The columns of ``data/grid_generalization.csv``: one row per (arm, seed, size)."""
+
+CELL_FIELDS = (
+    "setup",
+    "task",
+    "arm",
+    "seed",
+    "steps",
+    "train_size",
+    "size",
+    "row",
+    "col",
+    "accuracy",
+)
+"""The columns of ``data/grid_generalization_cells.csv``: one row per (arm, seed, cell) at
+the largest evaluation size, for every cell with a target (rows 1 .. size - 1)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -269,46 +305,127 @@ def train(arm: str, seed: int, setup: Setup) -> GridModel:
     return model.eval()
 
 
-def evaluate(model: GridModel, size: int, setup: Setup) -> dict:
-    """Loss and accuracy on the held-out size x size grids, and the accuracy on the cells
-    that lie inside the training grid (row and column < train_size)."""
+def _scores(model, size: int, setup: Setup) -> tuple[dict, torch.Tensor]:
+    """:func:`evaluate`'s row values, and the accuracy of every cell of the size x size
+    grid over the held-out grids, (size, size), NaN on row 0 (no target)."""
     tokens, targets = held_out_batch(size, setup.eval_batch)
     with torch.no_grad():
-        loss, correct, scored = lg._correct(model, tokens, targets, (size, size))
+        logits = model(tokens, (size, size))
+    scored = targets >= 0
+    loss = F.cross_entropy(logits.transpose(1, 2), targets.clamp(min=0), reduction="none") * scored
+    predicted = logits.argmax(dim=-1)
+    correct = (predicted == targets) & scored
     cells = torch.from_numpy(grid_positions(size, size))
     inside = scored & (cells < setup.train_size).all(dim=1)
-    return {
+    # The token train_size raster places back, where there is one; on a train_size-wide
+    # grid it is the token above, elsewhere it is another cell.
+    back = setup.train_size
+    earlier = torch.full_like(tokens, -1)
+    earlier[:, back:] = tokens[:, :-back]
+    apart = scored & (earlier >= 0) & (earlier != targets)
+    n_apart = apart.sum().item()
+    copied = ((predicted == earlier) & apart).sum().item()
+    # math.nan itself (not a rounded copy) where undefined, so equal rows compare equal
+    copies = round(copied / n_apart, 4) if n_apart else math.nan
+    row = {
         "accuracy": round(correct.sum().item() / scored.sum().item(), 4),
         "accuracy_inside": round((correct & inside).sum().item() / inside.sum().item(), 4),
         "loss": round(loss.sum().item() / scored.sum().item(), 4),
+        "copies_8_back": copies,
     }
+    per_cell = correct.sum(dim=0).double() / setup.eval_batch
+    per_cell[~scored[0]] = math.nan
+    return row, per_cell.reshape(size, size)
+
+
+def evaluate(model: GridModel, size: int, setup: Setup) -> dict:
+    """Loss, accuracy and ``copies_8_back`` on the held-out size x size grids, and the
+    accuracy on the cells that lie inside the training grid (row and column < train_size).
+
+    ``copies_8_back`` is the fraction of the targets the model predicts as the token
+    ``train_size`` raster places back (8 for :data:`FULL`: the training width), counted
+    over the scored targets (rows 1 .. size - 1) at raster index i >= train_size whose
+    token at i - train_size differs from the target, the token above at i - size. Those
+    are the targets where copying "train_size back" and copying "above" can be told
+    apart; on a train_size-wide grid the two offsets are the same cell, there are no
+    such targets and the value is NaN (written ``nan``). A model that learned the
+    training width scores 1 and is right only where the two tokens happen to agree.
+    """
+    return _scores(model, size, setup)[0]
+
+
+def cell_rows(key: dict, per_cell: torch.Tensor) -> list[dict]:
+    """One row per cell (row, col) with a target (row >= 1) of a (size, size) accuracy map,
+    in raster order, each carrying ``key``'s columns."""
+    size = per_cell.shape[0]
+    return [
+        {**key, "size": size, "row": r, "col": c, "accuracy": round(per_cell[r, c].item(), 4)}
+        for r in range(1, size)
+        for c in range(size)
+    ]
+
+
+def unit(setup: Setup, arm: str, seed: int) -> tuple[list[dict], list[dict]]:
+    """Train one (arm, seed); return its rows (:data:`FIELDS`, one per evaluation size)
+    and its cell rows (:data:`CELL_FIELDS`, the largest evaluation size). One forward
+    pass per size gives both."""
+    torch.set_num_threads(1)
+    model = train(arm, seed, setup)
+    key = {"setup": setup.id, "task": TASK, "arm": arm, "seed": seed, "steps": setup.steps}
+    key["train_size"] = setup.train_size
+    rows, cells = [], []
+    for size in setup.eval_sizes:
+        values, per_cell = _scores(model, size, setup)
+        rows.append({**key, "size": size, **values})
+        if size == setup.eval_sizes[-1]:
+            cells = cell_rows(key, per_cell)
+    return rows, cells
 
 
 def unit_rows(setup: Setup, arm: str, seed: int) -> list[dict]:
     """Train one (arm, seed) and return its rows, one per evaluation size."""
-    torch.set_num_threads(1)
-    model = train(arm, seed, setup)
-    key = {"setup": setup.id, "task": TASK, "arm": arm, "seed": seed, "steps": setup.steps}
-    return [
-        {**key, "train_size": setup.train_size, "size": size, **evaluate(model, size, setup)}
-        for size in setup.eval_sizes
-    ]
+    return unit(setup, arm, seed)[0]
 
 
 # -- the runner -------------------------------------------------------------------------
 
 
+def cells_path(out: Path) -> Path:
+    """Where the cell rows of a run writing ``out`` go: ``<stem>_cells.csv`` beside it."""
+    return out.with_name(f"{out.stem}_cells.csv")
+
+
+def _count_units(path: Path, fields, setup: Setup, per_unit: int, what: str) -> set:
+    counts: dict[tuple[str, int], int] = {}
+    for row in lg._read(path, fields, setup):
+        key = (row["arm"], int(row["seed"]))
+        counts[key] = counts.get(key, 0) + 1
+    broken = sorted(u for u, n in counts.items() if n != per_unit)
+    if broken:
+        raise ValueError(f"{path} has units without all {what}: {broken}")
+    return set(counts)
+
+
 def done_units(out: Path, setup: Setup) -> set[tuple[str, int]]:
     """The (arm, seed) units ``out`` holds whole; a file of other columns, of another setup
     or with a unit missing a size is refused."""
-    per_unit: dict[tuple[str, int], int] = {}
-    for row in lg._read(out, FIELDS, setup):
-        unit = (row["arm"], int(row["seed"]))
-        per_unit[unit] = per_unit.get(unit, 0) + 1
-    broken = sorted(u for u, n in per_unit.items() if n != len(setup.eval_sizes))
-    if broken:
-        raise ValueError(f"{out} has units without all sizes {setup.eval_sizes}: {broken}")
-    return set(per_unit)
+    return _count_units(out, FIELDS, setup, len(setup.eval_sizes), f"sizes {setup.eval_sizes}")
+
+
+def done_cell_units(cells: Path, setup: Setup) -> set[tuple[str, int]]:
+    """The (arm, seed) units the cells file holds whole (every cell with a target at the
+    largest size); refused as :func:`done_units` refuses."""
+    size = setup.eval_sizes[-1]
+    return _count_units(cells, CELL_FIELDS, setup, (size - 1) * size, f"{size} x {size} cells")
+
+
+def _append(path: Path, fields, rows) -> None:
+    new = not path.exists()
+    with path.open("a", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(fields), lineterminator="\n")
+        if new:
+            writer.writeheader()
+        writer.writerows(rows)
 
 
 def run(
@@ -319,16 +436,54 @@ def run(
     seeds: int = 5,
     jobs: int = 1,
     progress: bool = True,
+    cells: Path | None = None,
 ) -> int:
-    """Make every (arm, seed) unit, seeds 0 .. seeds - 1, that ``out`` lacks; return how
-    many were made."""
+    """Make every (arm, seed) unit, seeds 0 .. seeds - 1, that ``out`` or the cells file
+    (``cells``, by default :func:`cells_path` of ``out``) lacks, and append its rows to
+    the file(s) lacking it as it finishes; return how many units were made. A unit is
+    deterministic given its seed, so a unit one file already holds is not written there
+    twice."""
     for arm in arms:
         choice("arm", arm, ARMS)
     integer("seeds", seeds, minimum=1)
+    integer("jobs", jobs, minimum=1)
+    cells = cells_path(out) if cells is None else cells
     done = done_units(out, setup)
-    units = [(arm, seed) for arm in arms for seed in range(seeds) if (arm, seed) not in done]
-    work = functools.partial(unit_rows, setup)
-    return resumable.run_units(out, FIELDS, units, work, jobs=jobs, progress=progress, desc="grid")
+    done_cells = done_cell_units(cells, setup)
+    units = [
+        (arm, seed)
+        for arm in arms
+        for seed in range(seeds)
+        if (arm, seed) not in done or (arm, seed) not in done_cells
+    ]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    cells.parent.mkdir(parents=True, exist_ok=True)
+    bar = tqdm(total=len(units), desc="grid", unit="model", disable=not progress)
+
+    def record(key, result):
+        rows, cell_rows_ = result
+        if key not in done_cells:
+            _append(cells, CELL_FIELDS, cell_rows_)
+        if key not in done:
+            _append(out, FIELDS, rows)
+        bar.update(1)
+
+    work = functools.partial(unit, setup)
+    if jobs == 1:
+        threads = torch.get_num_threads()
+        try:
+            for key in units:
+                record(key, work(*key))
+        finally:
+            torch.set_num_threads(threads)
+    else:
+        context = multiprocessing.get_context("spawn")
+        with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=context) as pool:
+            futures = {pool.submit(work, *key): key for key in units}
+            for future in concurrent.futures.as_completed(futures):
+                record(futures[future], future.result())
+    bar.close()
+    return len(units)
 
 
 def summary(rows, *, level: float = 0.95) -> list[dict]:
@@ -361,8 +516,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--arms", nargs="+", default=list(ARMS), help=" ".join(ARMS))
     parser.add_argument("--quick", action="store_true", help="a seconds-long smoke run")
     parser.add_argument(
-        "--out", type=Path, default=None, help="default data/grid_generalization.csv"
-    )
+        "--out", type=Path, default=None,
+        help="default data/grid_generalization.csv; the cells go to <stem>_cells.csv beside it",
+    )  # fmt: skip
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     args = parser.parse_args(argv)
     setup = QUICK if args.quick else FULL
@@ -377,7 +533,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as error:
         parser.error(str(error))
     seconds = time.perf_counter() - start
-    print(f"{made} units made in {seconds:.0f} s (setup {setup.id}); results in {out}")
+    print(
+        f"{made} units made in {seconds:.0f} s (setup {setup.id}); results in {out} and "
+        f"{cells_path(out)}"
+    )
     with out.open(newline="") as handle:
         rows = list(csv.DictReader(handle))
     for line in summary(rows):
