@@ -261,22 +261,28 @@ def _methods(q, positions, hf_module, rotate_half):
     }
 
 
-def measure(shape, dtype_name: str, *, start: int = 0, only=None) -> dict:
-    """Median ms of every method (or those in ``only``) for q of ``shape``; positions
-    start .. start + seq - 1; with the clone's GB/s."""
+def _prepared(shape, dtype_name: str, start: int) -> tuple:
+    """(positions, methods) for a random q of ``shape``: positions start .. start + seq - 1
+    for every sequence, and :func:`_methods`' callables, with a fresh torch.compile cache
+    (its recompile limit would otherwise send later shapes back to eager without a word)."""
     import torch
-    from triton.testing import do_bench
 
-    dtype = getattr(torch, dtype_name)
-    q = torch.randn(shape, device=DEVICE, dtype=dtype)
+    q = torch.randn(shape, device=DEVICE, dtype=getattr(torch, dtype_name))
     batch, _, seq, head_dim = shape
     positions = (torch.arange(seq, device=DEVICE) + start).expand(batch, seq).contiguous()
     hf_module, apply = _hf_rotary(head_dim, DEVICE)
-    # a fresh torch.compile cache for each q: its recompile limit would otherwise send
-    # later shapes back to eager without a word
     torch._dynamo.reset()
+    return positions, _methods(q, positions, hf_module, apply)
+
+
+def measure(shape, dtype_name: str, *, start: int = 0, only=None) -> dict:
+    """Median ms of every method (or those in ``only``) for q of ``shape``; positions
+    start .. start + seq - 1; with the clone's GB/s."""
+    from triton.testing import do_bench
+
+    _, methods = _prepared(shape, dtype_name, start)
     times, errors = {}, {}
-    for name, call in _methods(q, positions, hf_module, apply).items():
+    for name, call in methods.items():
         if only is None or name in only:
             try:
                 times[name] = float(do_bench(call, return_mode="median"))
@@ -309,14 +315,9 @@ def measure_graphs(shape, dtype_name: str, *, start: int = 0) -> dict:
 
     from posenc.rotary import _check_position_values
 
-    dtype = getattr(torch, dtype_name)
-    q = torch.randn(shape, device=DEVICE, dtype=dtype)
-    batch, _, seq, head_dim = shape
-    positions = (torch.arange(seq, device=DEVICE) + start).expand(batch, seq).contiguous()
-    hf_module, apply = _hf_rotary(head_dim, DEVICE)
-    torch._dynamo.reset()
+    positions, methods = _prepared(shape, dtype_name, start)
     times, errors = {}, {}
-    for name, call in _methods(q, positions, hf_module, apply).items():
+    for name, call in methods.items():
         if name not in GRAPH_METHODS:
             continue
         try:

@@ -110,18 +110,7 @@ FIELDS = (
 )
 """The columns of ``data/grid_generalization.csv``: one row per (arm, seed, size)."""
 
-CELL_FIELDS = (
-    "setup",
-    "task",
-    "arm",
-    "seed",
-    "steps",
-    "train_size",
-    "size",
-    "row",
-    "col",
-    "accuracy",
-)
+CELL_FIELDS = (*FIELDS[: FIELDS.index("size") + 1], "row", "col", "accuracy")
 """The columns of ``data/grid_generalization_cells.csv``: one row per (arm, seed, cell) at
 the largest evaluation size, for every cell with a target (rows 1 .. size - 1)."""
 
@@ -419,15 +408,6 @@ def done_cell_units(cells: Path, setup: Setup) -> set[tuple[str, int]]:
     return _count_units(cells, CELL_FIELDS, setup, (size - 1) * size, f"{size} x {size} cells")
 
 
-def _append(path: Path, fields, rows) -> None:
-    new = not path.exists()
-    with path.open("a", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(fields), lineterminator="\n")
-        if new:
-            writer.writeheader()
-        writer.writerows(rows)
-
-
 def run(
     setup: Setup,
     out: Path,
@@ -463,9 +443,9 @@ def run(
     def record(key, result):
         rows, cell_rows_ = result
         if key not in done_cells:
-            _append(cells, CELL_FIELDS, cell_rows_)
+            lg._append(cells, list(CELL_FIELDS), cell_rows_)
         if key not in done:
-            _append(out, FIELDS, rows)
+            lg._append(out, list(FIELDS), rows)
         bar.update(1)
 
     work = functools.partial(unit, setup)
