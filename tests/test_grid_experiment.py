@@ -145,6 +145,102 @@ def test_sincos_2d_adds_the_library_table_and_rotates_nothing(monkeypatch):
     assert [shape for shape, _ in added[-2:]] == [(3, 3), (4, 4)]
 
 
+def test_the_row_break_sequence_of_a_hand_built_3_by_3_grid():
+    tokens = torch.tensor([[1, 2, 3, 4, 5, 6, 7, 8, 9]])  # [[1, 2, 3], [4, 5, 6], [7, 8, 9]]
+    targets = torch.tensor([[-1, -1, -1, 1, 2, 3, 4, 5, 6]])
+    sequence, scored, positions, cells = grid.row_break_sequence(tokens, targets, 3)
+    b = grid.ROW_BREAK
+    assert b == grid.VOCAB  # a new symbol, after the grid symbols 0 .. VOCAB - 1
+    assert sequence.tolist() == [[1, 2, 3, b, 4, 5, 6, b, 7, 8, 9, b]]
+    assert positions.tolist() == list(range(12))
+    assert cells.tolist() == [0, 1, 2, 4, 5, 6, 8, 9, 10]
+    assert scored.tolist() == [[-1, -1, -1, -1, 1, 2, 3, -1, 4, 5, 6, -1]]
+    masked = [i for i in range(12) if scored[0, i] < 0]
+    assert masked == [0, 1, 2, 3, 7, 11]  # row 0 and every row break
+    for i in range(12):  # the token above is width + 1 = 4 places back
+        if i not in masked:
+            assert scored[0, i] == sequence[0, i - 4] != b
+    model = grid.GridModel("rope_1d_rows", SETUP)
+    assert model.positions(3, 3).tolist() == positions.tolist()
+    assert model.lm.embedding.num_embeddings == grid.VOCAB + 1
+    with pytest.raises(ValueError, match="same shape"):
+        grid.row_break_sequence(tokens[:, :8], targets[:, :8], 3)
+
+
+def test_the_row_break_arm_scores_its_grid_cells_on_the_grid_symbols():
+    model = grid.GridModel("rope_1d_rows", SETUP).eval()
+    tokens, targets = grid.held_out_batch(4, 2)
+    sequence, _, positions, cells = grid.row_break_sequence(tokens, targets, 4)
+    with torch.no_grad():
+        logits = model(tokens, (4, 4))
+        whole = model.lm(sequence, positions)
+    assert logits.shape == (2, 16, grid.VOCAB) and whole.shape == (2, 20, grid.VOCAB + 1)
+    assert torch.equal(logits, whole[:, cells, : grid.VOCAB])
+
+
+def test_rope_1d_rows_turns_every_query_and_key_by_the_index_in_the_longer_sequence(
+    monkeypatch,
+):
+    calls = _record_rotations(monkeypatch)
+    grid.unit_rows(SETUP, "rope_1d_rows", 0)
+    assert len(calls) == _calls_per_model(SETUP, 1)
+    for width, length, positions in calls:
+        assert width == SETUP.d_model // SETUP.n_heads
+        assert positions.tolist() == list(range(length))
+    assert {length for _, length, _ in calls} == {3 * 4, 4 * 5}  # a break after every row
+
+
+def _direct_interpolated_table(n, dim, base_size):
+    """sincos_2d's table with diffusers' interpolation, written out: p = i * base_size / n
+    on both axes, each half [sin(p w_j), cos(p w_j)], w_j = 10000^(-j / (dim / 4)), the
+    column half first."""
+    quarter = dim // 4
+    w = 10000.0 ** (-np.arange(quarter) / quarter)
+    p = np.arange(n) * base_size / n
+    axis = np.concatenate((np.sin(np.outer(p, w)), np.cos(np.outer(p, w))), axis=1)
+    return np.array([np.concatenate((axis[c], axis[r])) for r in range(n) for c in range(n)])
+
+
+def _record_tables(monkeypatch):
+    added = []
+    plain = grid._GridTable.forward
+
+    def recording(self, x):
+        y = plain(self, x)
+        added.append((self.grid, (y - x)[0].detach().numpy()))
+        return y
+
+    monkeypatch.setattr(grid._GridTable, "forward", recording)
+    return added
+
+
+def test_the_interpolated_arm_squeezes_every_grid_onto_the_training_grids_range(monkeypatch):
+    added = _record_tables(monkeypatch)
+    model = grid.GridModel("sincos_2d_interp", grid.FULL).eval()
+    with torch.no_grad():
+        model(grid.held_out_batch(16, 1)[0], (16, 16))
+    [((height, width), table)] = added
+    expected = _direct_interpolated_table(16, grid.FULL.d_model, base_size=8)
+    assert (height, width) == (16, 16) and table.shape == expected.shape == (256, 64)
+    np.testing.assert_allclose(table, expected.astype(np.float32), atol=1e-5)
+    library = sincos_2d(16, 16, grid.FULL.d_model, base_size=8)
+    np.testing.assert_allclose(library, expected, atol=1e-12)
+    # neighbours half a step apart: cell (0, 1) of 16 x 16 is (0, 0.5) of the 8 x 8 range
+    assert not np.allclose(library, sincos_2d(16, 16, grid.FULL.d_model), atol=1e-3)
+
+
+def test_the_interpolated_arm_adds_the_library_table_at_every_size(monkeypatch):
+    calls = _record_rotations(monkeypatch)
+    added = _record_tables(monkeypatch)
+    grid.unit_rows(SETUP, "sincos_2d_interp", 0)
+    assert calls == []
+    assert len(added) == SETUP.steps + len(SETUP.eval_sizes)
+    for (height, width), table in added:
+        expected = sincos_2d(height, width, SETUP.d_model, base_size=SETUP.train_size)
+        np.testing.assert_allclose(table, expected.astype(np.float32), atol=1e-5)
+    assert [shape for shape, _ in added[-2:]] == [(3, 3), (4, 4)]
+
+
 def test_a_unit_is_deterministic_given_its_seed():
     assert grid.unit_rows(SETUP, "rope_1d", 1) == grid.unit_rows(SETUP, "rope_1d", 1)
 
@@ -228,6 +324,41 @@ def test_copies_8_back_tells_the_training_width_from_the_token_above():
     assert abs(seven["copies_8_back"] - 1 / grid.VOCAB) < 0.01
 
     at_training_size = grid.evaluate(_Copies(8), 8, setup)  # 8 back *is* the token above
+    assert at_training_size["accuracy"] == 1.0
+    assert math.isnan(at_training_size["copies_8_back"])
+
+
+class _CopiesWithRowBreaks:
+    """:class:`_Copies` for the row-break arm: predicts, at every grid cell, the token
+    ``back`` places earlier in the sequence with row breaks (symbol 0 where there is none
+    or it is a row break)."""
+
+    arm = "rope_1d_rows"
+
+    def __init__(self, back):
+        self.back = back
+
+    def __call__(self, tokens, grid_shape):
+        width = grid_shape[1]
+        back = width + 1 if self.back == "above" else self.back
+        sequence, _, _, cells = grid.row_break_sequence(tokens, torch.zeros_like(tokens), width)
+        guess = torch.zeros_like(sequence)
+        guess[:, back:] = sequence[:, :-back]
+        guess[guess == grid.ROW_BREAK] = 0
+        return torch.nn.functional.one_hot(guess[:, cells], grid.VOCAB).float()
+
+
+def test_copies_8_back_of_the_row_break_arm_is_the_training_offset_9_back():
+    setup = grid.FULL
+    nine = grid.evaluate(_CopiesWithRowBreaks(9), 12, setup)
+    assert nine["copies_8_back"] == 1.0
+    assert abs(nine["accuracy"] - 1 / grid.VOCAB) < 0.02  # right only where they agree
+    above = grid.evaluate(_CopiesWithRowBreaks("above"), 12, setup)
+    assert above["accuracy"] == above["accuracy_inside"] == 1.0
+    assert above["copies_8_back"] == 0.0
+    eight = grid.evaluate(_CopiesWithRowBreaks(8), 12, setup)  # 8 back is not the offset here
+    assert abs(eight["copies_8_back"] - 1 / grid.VOCAB) < 0.02
+    at_training_size = grid.evaluate(_CopiesWithRowBreaks(9), 8, setup)
     assert at_training_size["accuracy"] == 1.0
     assert math.isnan(at_training_size["copies_8_back"])
 

@@ -5,14 +5,27 @@ symbols, read in raster order (index r * W + c) by a causal model; the target at
 (r, c) for r >= 1 is the token at (r - 1, c), and row 0 has no target. In raster order
 "above" is the token W places back, so the offset to find depends on the width.
 
-Three arms (:data:`ARMS`), the same model otherwise (:class:`GridModel`, built on
+Five arms (:data:`ARMS`), the same model otherwise (:class:`GridModel`, built on
 chapter 9's :class:`~posenc.experiments.model.CausalLanguageModel`):
 
 - ``"rope_1d"``: RoPE at the raster index r * W + c;
 - ``"rope_axial"``: axial RoPE over (row, col): the first half of every head's features
   turned by the row, the second half by the column (:func:`_axial`);
 - ``"sincos_2d"``: :func:`posenc.multidim.sincos_2d` added to the input embeddings,
-  no rotation.
+  no rotation;
+- ``"rope_1d_rows"``: RoPE over the raster order of a longer sequence with a row-break
+  symbol (:data:`ROW_BREAK`, never a target) after every row, as Fuyu's newline token,
+  LLaVA-NeXT's ``image_newline`` and Pixtral's ``[IMG_BREAK]`` mark the end of a row of
+  patches; the position is the index in that sequence, r * (W + 1) + c
+  (:func:`row_break_sequence`), so the token above is W + 1 places back;
+- ``"sincos_2d_interp"``: the 2-D table with diffusers' interpolation,
+  ``sincos_2d(H, W, d_model, base_size=train_size)``: every grid is squeezed onto the
+  training grid's range (p = i * 8 / n along an axis of n cells), so on a 16 x 16 grid
+  neighbours sit half a step apart.
+
+Targets, accuracies and the cells file are about grid cells only, in every arm: the
+row-break arm's model is scored at its grid cells' places in the longer sequence, on the
+first :data:`VOCAB` logits (the row break is never predicted).
 
 Every model trains on 8 x 8 grids for the same number of steps with the same optimiser
 and is then scored on fixed held-out grids of 8 x 8, 12 x 12 and 16 x 16 (token accuracy
@@ -21,7 +34,8 @@ measurements show what a model does rather than how often it is right:
 
 - ``copies_8_back`` (:data:`FIELDS`, see :func:`evaluate`): how often the prediction is
   the token ``train_size`` (8) raster places back, the offset that *is* "above" on the
-  training grids, over the targets where that token differs from the token above;
+  training grids, over the targets where that token differs from the token above (for
+  ``rope_1d_rows`` the training offset is 9 places back in its longer sequence);
 - the per-cell accuracy at the largest size (:data:`CELL_FIELDS`, :func:`cell_rows`):
   for every cell (row, col) with a target, the fraction of held-out grids scored right.
 
@@ -70,6 +84,7 @@ __all__ = [
     "FIELDS",
     "FULL",
     "QUICK",
+    "ROW_BREAK",
     "TASK",
     "VOCAB",
     "GridModel",
@@ -82,6 +97,7 @@ __all__ = [
     "held_out_batch",
     "main",
     "make_batch",
+    "row_break_sequence",
     "run",
     "summary",
     "train",
@@ -93,7 +109,10 @@ TASK = "above"
 VOCAB = 16
 """Grid tokens are 0 .. VOCAB - 1; there is no start token."""
 
-ARMS = ("rope_1d", "rope_axial", "sincos_2d")
+ROW_BREAK = VOCAB
+"""The row-break symbol of the ``rope_1d_rows`` arm, after every row; never a target."""
+
+ARMS = ("rope_1d", "rope_axial", "sincos_2d", "rope_1d_rows", "sincos_2d_interp")
 
 FIELDS = (
     "setup",
@@ -187,6 +206,32 @@ def held_out_batch(size: int, batch: int):
     return make_batch(generator, batch, size, size)
 
 
+def row_break_sequence(tokens: torch.Tensor, targets: torch.Tensor, width: int):
+    """The ``rope_1d_rows`` arm's sequence of a batch of raster-order grids.
+
+    ``tokens`` and ``targets`` (batch, height * width) as :func:`make_batch` gives them.
+    Returns (tokens, targets, positions, cells): the grids with :data:`ROW_BREAK` after
+    every row, (batch, height * (width + 1)); their targets, the grid targets at the
+    grid tokens and -1 (unscored) at every row break, so the target of a grid token is
+    the token width + 1 places back; the positions, 0 .. height * (width + 1) - 1; and
+    the index in the sequence of every grid cell in raster order, r * (width + 1) + c.
+    """
+    batch, length = tokens.shape
+    width = integer("width", width, minimum=1)
+    if length % width or targets.shape != tokens.shape:
+        raise ValueError(
+            f"tokens and targets must have the same shape (batch, height * {width}), got "
+            f"{tuple(tokens.shape)} and {tuple(targets.shape)}"
+        )
+    height = length // width
+    cells = torch.arange(length) + torch.arange(length) // width
+    sequence = torch.full((batch, height * (width + 1)), ROW_BREAK, dtype=tokens.dtype)
+    sequence[:, cells] = tokens
+    scored = torch.full_like(sequence, -1)
+    scored[:, cells] = targets
+    return sequence, scored, torch.arange(height * (width + 1)), cells
+
+
 # -- the model --------------------------------------------------------------------------
 
 
@@ -212,16 +257,17 @@ class _AxialRotary(nn.Module):
 
 
 class _GridTable(nn.Module):
-    """Adds sincos_2d(height, width, d_model) to the embeddings of a raster-order grid;
-    :class:`GridModel` sets ``grid`` to (height, width) before every forward pass."""
+    """Adds sincos_2d(height, width, d_model, base_size=base_size) to the embeddings of a
+    raster-order grid; :class:`GridModel` sets ``grid`` to (height, width) before every
+    forward pass."""
 
-    def __init__(self, d_model: int):
+    def __init__(self, d_model: int, base_size: int | None = None):
         super().__init__()
-        self.d_model, self.grid = d_model, None
+        self.d_model, self.base_size, self.grid = d_model, base_size, None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         height, width = self.grid
-        table = sincos_2d(height, width, self.d_model)
+        table = sincos_2d(height, width, self.d_model, base_size=self.base_size)
         return x + torch.from_numpy(table).to(x.dtype)
 
 
@@ -229,32 +275,42 @@ class GridModel(nn.Module):
     """``model(tokens, (height, width))`` -> logits (batch, height * width, VOCAB).
 
     A :class:`CausalLanguageModel` whose position enters as ``arm`` says: RoPE in every
-    layer at the raster index (``rope_1d``) or at (row, col) (``rope_axial``), or a 2-D
-    sincos table added to the input (``sincos_2d``, no RoPE).
+    layer at the raster index (``rope_1d``), at (row, col) (``rope_axial``) or at the
+    index in the sequence with a row break after every row (``rope_1d_rows``), or a 2-D
+    sincos table added to the input (``sincos_2d``; ``sincos_2d_interp`` with the
+    positions squeezed onto the training grid's range; no RoPE). ``rope_1d_rows``
+    embeds one more symbol, :data:`ROW_BREAK`, and returns the logits of the grid cells
+    only, over the :data:`VOCAB` grid symbols, so every arm's output is scored alike.
     """
 
     def __init__(self, arm: str, setup: Setup):
         super().__init__()
         self.arm = choice("arm", arm, ARMS)
+        tables = arm in ("sincos_2d", "sincos_2d_interp")
         self.lm = CausalLanguageModel(
-            VOCAB,
+            VOCAB + 1 if arm == "rope_1d_rows" else VOCAB,
             setup.d_model,
             setup.n_heads,
             setup.n_layers,
-            encoding="none" if arm == "sincos_2d" else "rope",
+            encoding="none" if tables else "rope",
         )
         if arm == "rope_axial":
             for block in self.lm.blocks:
                 block.attention.rotary = _AxialRotary()
         if arm == "sincos_2d":
             self.lm.position = _GridTable(setup.d_model)
+        if arm == "sincos_2d_interp":
+            self.lm.position = _GridTable(setup.d_model, base_size=setup.train_size)
 
     def positions(self, height: int, width: int) -> torch.Tensor | None:
-        """What the RoPE layers get: raster indices (seq,), or (row, col) pairs (seq, 2)."""
+        """What the RoPE layers get: raster indices (seq,), (row, col) pairs (seq, 2), or
+        for ``rope_1d_rows`` the indices of the longer sequence (height * (width + 1),)."""
         if self.arm == "rope_1d":
             return torch.arange(height * width)
         if self.arm == "rope_axial":
             return torch.from_numpy(grid_positions(height, width))
+        if self.arm == "rope_1d_rows":
+            return torch.arange(height * (width + 1))
         return None
 
     def forward(self, tokens: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
@@ -264,8 +320,12 @@ class GridModel(nn.Module):
                 f"tokens must have shape (batch, {height * width}) for a {height} x {width} "
                 f"grid, got {tuple(tokens.shape)}"
             )
-        if self.arm == "sincos_2d":
+        if self.arm in ("sincos_2d", "sincos_2d_interp"):
             self.lm.position.grid = (height, width)
+        if self.arm == "rope_1d_rows":
+            sequence, _, _, cells = row_break_sequence(tokens, torch.zeros_like(tokens), width)
+            logits = self.lm(sequence, self.positions(height, width))
+            return logits[:, cells, :VOCAB]
         return self.lm(tokens, self.positions(height, width))
 
 
@@ -306,11 +366,7 @@ def _scores(model, size: int, setup: Setup) -> tuple[dict, torch.Tensor]:
     correct = (predicted == targets) & scored
     cells = torch.from_numpy(grid_positions(size, size))
     inside = scored & (cells < setup.train_size).all(dim=1)
-    # The token train_size raster places back, where there is one; on a train_size-wide
-    # grid it is the token above, elsewhere it is another cell.
-    back = setup.train_size
-    earlier = torch.full_like(tokens, -1)
-    earlier[:, back:] = tokens[:, :-back]
+    earlier = _training_offset(tokens, size, getattr(model, "arm", None), setup)
     apart = scored & (earlier >= 0) & (earlier != targets)
     n_apart = apart.sum().item()
     copied = ((predicted == earlier) & apart).sum().item()
@@ -327,6 +383,22 @@ def _scores(model, size: int, setup: Setup) -> tuple[dict, torch.Tensor]:
     return row, per_cell.reshape(size, size)
 
 
+def _training_offset(tokens: torch.Tensor, size: int, arm: str | None, setup: Setup):
+    """Per grid cell, the token at the offset that is "above" on the training grids: the
+    token train_size raster places back, or for ``rope_1d_rows`` train_size + 1 places
+    back in its sequence with row breaks; -1 where there is none or it is a row break. On
+    a train_size-wide grid it is the token above, elsewhere it is another cell."""
+    if arm == "rope_1d_rows":
+        sequence, _, _, cells = row_break_sequence(tokens, torch.zeros_like(tokens), size)
+        back = setup.train_size + 1
+    else:
+        sequence, cells, back = tokens, torch.arange(tokens.shape[1]), setup.train_size
+    earlier = torch.full_like(sequence, -1)
+    earlier[:, back:] = sequence[:, :-back]
+    earlier[earlier == ROW_BREAK] = -1
+    return earlier[:, cells]
+
+
 def evaluate(model: GridModel, size: int, setup: Setup) -> dict:
     """Loss, accuracy and ``copies_8_back`` on the held-out size x size grids, and the
     accuracy on the cells that lie inside the training grid (row and column < train_size).
@@ -339,6 +411,11 @@ def evaluate(model: GridModel, size: int, setup: Setup) -> dict:
     apart; on a train_size-wide grid the two offsets are the same cell, there are no
     such targets and the value is NaN (written ``nan``). A model that learned the
     training width scores 1 and is right only where the two tokens happen to agree.
+
+    For ``rope_1d_rows`` the training offset is train_size + 1 (9) places back in its
+    sequence with row breaks (:func:`row_break_sequence`), the token above on the
+    training grids; the targets counted are those whose token 9 places back is a grid
+    token (not a row break) that differs from the token above.
     """
     return _scores(model, size, setup)[0]
 
@@ -521,7 +598,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         rows = list(csv.DictReader(handle))
     for line in summary(rows):
         print(
-            f"{line['arm']:>10} {line['size']:>3}x{line['size']:<3} "
+            f"{line['arm']:>16} {line['size']:>3}x{line['size']:<3} "
             f"{line['mean']:.3f} [{line['low']:.3f}, {line['high']:.3f}]"
         )
     return 0
