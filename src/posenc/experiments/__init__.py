@@ -10,8 +10,9 @@
   longer inputs with scaled frequencies, zero-shot and after a short fine-tune:
   ``python -m posenc.experiments.long_context --jobs 2`` (resumable).
 - :mod:`posenc.experiments.grid` — tokens on a grid, the target the token above: train
-  at 8 x 8, test at 8 x 8, 12 x 12 and 16 x 16 with RoPE over the raster order, axial
-  RoPE over (row, col) or 2-D sincos: ``python -m posenc.experiments.grid --jobs 2``
+  at 8 x 8, test at 8 x 8, 12 x 12 and 16 x 16 with RoPE over the raster order (with
+  or without a row-separator token), axial RoPE over (row, col), or 2-D sincos
+  (extrapolated or interpolated): ``python -m posenc.experiments.grid --jobs 2``
   (resumable).
 - :mod:`posenc.experiments.analysis` — bootstrap intervals over seeds, windowed
   accuracy, accuracy steps, and RoPE's predicted lag aliases (NumPy only).
