@@ -285,6 +285,80 @@ def test_mrope_matches_qwen2_vl():
     assert not torch.allclose(other, theirs, atol=1e-3)
 
 
+def test_sincos_2d_is_two_sinusoidal_tables_column_first():
+    # the chapter's construction: [T(col) | T(row)], T = chapter 2's concat-layout table
+    from posenc import sinusoidal
+
+    rows, cols = grid_positions(6, 9).T
+    by_hand = np.hstack(
+        [sinusoidal(9, 32, layout="concat")[cols], sinusoidal(6, 32, layout="concat")[rows]]
+    )
+    np.testing.assert_allclose(sincos_2d(6, 9, 64), by_hand, rtol=0, atol=1e-12)
+    assert not np.allclose(sincos_2d(6, 9, 64, first="row"), by_hand, atol=1e-3)
+
+
+def test_axial_mode_is_rope_on_each_half():
+    # the chapter's axial RoPE from posenc.alternatives.rope, axes given as (column, row)
+    from posenc.alternatives import rope
+
+    x = np.random.default_rng(0).normal(size=(54, 64))
+    rows, cols = grid_positions(6, 9).T
+    by_hand = np.hstack([rope(x[:, :32], cols, base=100.0), rope(x[:, 32:], rows, base=100.0)])
+    module = RotaryEmbedding(64, base=100.0, axes_dims=(32, 32), pairing="interleaved")
+    col_row = torch.from_numpy(np.stack([cols, rows], axis=1))
+    np.testing.assert_allclose(module(torch.from_numpy(x), col_row).numpy(), by_hand, atol=1e-12)
+    row_col = torch.from_numpy(np.stack([rows, cols], axis=1))  # axes swapped: differs
+    assert not np.allclose(module(torch.from_numpy(x), row_col).numpy(), by_hand, atol=1e-3)
+
+
+def _transformers_rope_index(segments, merge=2):
+    """transformers' Qwen2VLModel.get_rope_index on text spans and (t, h, w) grids (in
+    merged tokens), driven through the few attributes it reads from its model."""
+    import functools
+    import types
+
+    from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLModel
+
+    if not hasattr(Qwen2VLModel, "get_vision_position_ids"):
+        pytest.skip("this transformers version builds the ids another way")
+    kinds, grids = [], {1: [], 2: []}  # 0 text, 1 image, 2 video
+    for segment in segments:
+        if isinstance(segment, int):
+            kinds += [0] * segment
+        else:
+            t, h, w = segment
+            kinds += [1 if t == 1 else 2] * (t * h * w)
+            grids[1 if t == 1 else 2].append((t, h * merge, w * merge))
+    kinds = torch.tensor([kinds])
+    model = types.SimpleNamespace(
+        config=types.SimpleNamespace(vision_config=types.SimpleNamespace(spatial_merge_size=merge)),
+        get_vision_position_ids=functools.partial(Qwen2VLModel.get_vision_position_ids, None),
+    )
+    image, video = (torch.tensor(g) if g else None for g in grids.values())
+    ids, _ = Qwen2VLModel.get_rope_index(model, torch.zeros_like(kinds), kinds, image, video)
+    return ids[:, 0].numpy()
+
+
+@pytest.mark.parametrize(
+    "segments", [[4, (1, 3, 5), 3], [2, (2, 2, 3), 1], [2, (1, 2, 3), 1, (1, 4, 2), 2]]
+)
+def test_mrope_position_ids_match_transformers_on_images_and_short_videos(segments):
+    pytest.importorskip("transformers")
+    assert np.array_equal(mrope_position_ids(segments), _transformers_rope_index(segments))
+
+
+def test_mrope_position_ids_after_a_long_video():
+    # Qwen2-VL's rule (the paper, transformers 4.45 to 4.49): the text after a video of
+    # 6 temporal patches of 2 x 2 tokens starts at the largest id plus one, 2 + 6. Recent
+    # transformers advance the start by max(h, w) instead, reusing ids of the video.
+    pytest.importorskip("transformers")
+    segments = [2, (6, 2, 2), 2]
+    ours, theirs = mrope_position_ids(segments), _transformers_rope_index(segments)
+    assert ours[0, -2] == 2 + 6
+    assert theirs[0, -2] in (2 + 6, 2 + max(2, 2))
+    assert np.array_equal(ours[:, :-2], theirs[:, :-2])
+
+
 # --- bad input --------------------------------------------------------------------------
 
 BAD_MULTIDIM = [
