@@ -125,23 +125,17 @@ def test_axial_matches_the_rotary_modules_axes_mode_where_it_exists():
     assert torch.allclose(module(q, positions), expected, atol=1e-12)
 
 
-def test_sincos_2d_adds_the_library_table_and_rotates_nothing(monkeypatch):
+@pytest.mark.parametrize("arm, squeezed", [("sincos_2d", False), ("sincos_2d_interp", True)])
+def test_the_table_arms_add_the_library_table_at_every_size(monkeypatch, arm, squeezed):
     calls = _record_rotations(monkeypatch)
-    added = []
-    plain = grid._GridTable.forward
-
-    def recording(self, x):
-        y = plain(self, x)
-        added.append((self.grid, (y - x)[0].detach().numpy()))
-        return y
-
-    monkeypatch.setattr(grid._GridTable, "forward", recording)
-    grid.unit_rows(SETUP, "sincos_2d", 0)
-    assert calls == []
+    added = _record_tables(monkeypatch)
+    grid.unit_rows(SETUP, arm, 0)
+    assert calls == []  # nothing rotates
     assert len(added) == SETUP.steps + len(SETUP.eval_sizes)
+    base_size = SETUP.train_size if squeezed else None  # diffusers' squeeze onto the training side
     for (height, width), table in added:
-        expected = sincos_2d(height, width, SETUP.d_model).astype(np.float32)
-        np.testing.assert_allclose(table, expected, atol=1e-5)  # (x + t) - x in float32
+        expected = sincos_2d(height, width, SETUP.d_model, base_size=base_size)
+        np.testing.assert_allclose(table, expected.astype(np.float32), atol=1e-5)  # (x + t) - x
     assert [shape for shape, _ in added[-2:]] == [(3, 3), (4, 4)]
 
 
@@ -227,18 +221,6 @@ def test_the_interpolated_arm_squeezes_every_grid_onto_the_training_grids_range(
     np.testing.assert_allclose(library, expected, atol=1e-12)
     # neighbours half a step apart: cell (0, 1) of 16 x 16 is (0, 0.5) of the 8 x 8 range
     assert not np.allclose(library, sincos_2d(16, 16, grid.FULL.d_model), atol=1e-3)
-
-
-def test_the_interpolated_arm_adds_the_library_table_at_every_size(monkeypatch):
-    calls = _record_rotations(monkeypatch)
-    added = _record_tables(monkeypatch)
-    grid.unit_rows(SETUP, "sincos_2d_interp", 0)
-    assert calls == []
-    assert len(added) == SETUP.steps + len(SETUP.eval_sizes)
-    for (height, width), table in added:
-        expected = sincos_2d(height, width, SETUP.d_model, base_size=SETUP.train_size)
-        np.testing.assert_allclose(table, expected.astype(np.float32), atol=1e-5)
-    assert [shape for shape, _ in added[-2:]] == [(3, 3), (4, 4)]
 
 
 def test_a_unit_is_deterministic_given_its_seed():
