@@ -419,3 +419,105 @@ def test_the_committed_cells_hold_every_cell_with_a_target_at_16_and_match_the_a
             if (c["arm"], c["seed"]) == (row["arm"], row["seed"])
         ]
         assert sum(mine) / len(mine) == pytest.approx(float(row["accuracy"]), abs=1e-4)
+
+
+# -- training on mixed grid sizes ---------------------------------------------------------
+
+MIXED_QUICK = dataclasses.replace(SETUP, train_sizes=(2, 3, 4), steps=30)
+
+
+def test_the_single_size_setup_keeps_the_id_its_committed_data_carry():
+    assert grid.FULL.train_sizes == ()
+    assert grid.FULL.id == "b1787987d12b"
+    assert grid.MIXED.id not in (grid.FULL.id, dataclasses.replace(grid.MIXED, steps=601).id)
+    assert grid.MIXED.train_size == 8 and grid.MIXED.eval_sizes == grid.FULL.eval_sizes
+    assert grid.MIXED.train_sizes == (6, 7, 8, 9, 10)
+    assert set(grid.MIXED_ARMS) == {"rope_1d", "rope_1d_rows", "rope_axial"}
+
+
+def test_mixed_training_sides_vary_and_are_fixed_by_the_seed():
+    def sides(seed):
+        return [side for side, _, _ in grid.training_batches(MIXED_QUICK, seed)]
+
+    first = sides(0)
+    assert len(first) == MIXED_QUICK.steps and set(first) == {2, 3, 4}
+    assert sides(0) == first and sides(1) != first
+    for (side, tokens, targets), (_, again, _) in zip(
+        grid.training_batches(MIXED_QUICK, 0), grid.training_batches(MIXED_QUICK, 0), strict=True
+    ):
+        assert tokens.shape == targets.shape == (MIXED_QUICK.batch_size, side * side)
+        assert torch.equal(tokens, again)
+        assert torch.equal(targets[:, side:], tokens[:, :-side])
+    # without train_sizes: the one training size and the single-size stream, unchanged
+    data = torch.Generator().manual_seed(0)
+    for side, tokens, _ in grid.training_batches(SETUP, 0):
+        assert side == SETUP.train_size
+        assert torch.equal(tokens, grid.make_batch(data, SETUP.batch_size, side, side)[0])
+
+
+def test_a_mixed_model_trains_on_every_drawn_side(monkeypatch):
+    seen = []
+    correct = grid.lg._correct
+
+    def spy(model, tokens, targets, shape):
+        seen.append((shape, tokens.shape[1]))
+        return correct(model, tokens, targets, shape)
+
+    monkeypatch.setattr(grid.lg, "_correct", spy)
+    grid.train("rope_1d_rows", 0, MIXED_QUICK)
+    expected = [side for side, _, _ in grid.training_batches(MIXED_QUICK, 0)]
+    assert seen == [((side, side), side * side) for side in expected]
+
+
+@pytest.mark.parametrize(
+    ("sizes", "error", "message"),
+    [
+        ((4, 5), ValueError, r"train_size=3 must be one of train_sizes=\(4, 5\)"),
+        ((1, 3), ValueError, r"got 1 in train_sizes=\(1, 3\)"),
+        ((3, 2.5), ValueError, r"got 2\.5 in"),
+        ((3, True), ValueError, r"got True in"),
+        ([3, 4], TypeError, r"train_sizes must be a tuple of ints, got \[3, 4\]"),
+    ],
+)
+def test_bad_train_sizes_are_refused_naming_the_value(sizes, error, message):
+    with pytest.raises(error, match=message):
+        dataclasses.replace(SETUP, train_sizes=sizes)
+
+
+def test_a_quick_mixed_run_writes_rows_of_the_mixed_arms(tmp_path, capsys):
+    out = tmp_path / "mixed.csv"
+    argv = ["--mixed", "--quick", "--seeds", "1", "--no-progress", "--out", str(out)]
+    assert grid.main(argv) == 0
+    rows, cells = _read(out), _read(grid.cells_path(out))
+    quick = grid.QUICK_MIXED
+    assert tuple(rows[0]) == grid.FIELDS and tuple(cells[0]) == grid.CELL_FIELDS
+    assert {r["setup"] for r in rows} == {r["setup"] for r in cells} == {quick.id}
+    assert quick.train_sizes and quick.id != SETUP.id
+    keys = [(r["arm"], int(r["size"])) for r in rows]
+    assert keys == [(a, s) for a in grid.MIXED_ARMS for s in quick.eval_sizes]
+    assert len(cells) == len(grid.MIXED_ARMS) * 3 * 4
+    assert grid.main(argv) == 0  # resumed: nothing left to make
+    assert capsys.readouterr().out.count("0 units made") == 1
+    assert _read(out) == rows
+
+
+def test_the_committed_mixed_run_holds_every_arm_size_seed_and_cell_of_its_setup():
+    out = DATA.with_name("grid_mixed_sizes.csv")
+    rows, cells = _read(out), _read(grid.cells_path(out))
+    assert tuple(rows[0]) == grid.FIELDS and tuple(cells[0]) == grid.CELL_FIELDS
+    assert {r["setup"] for r in rows} == {c["setup"] for c in cells} == {grid.MIXED.id}
+    setup, arms, seeds = grid.MIXED, grid.MIXED_ARMS, range(5)
+    keys = [(r["arm"], int(r["size"]), int(r["seed"])) for r in rows]
+    expected = {(a, s, seed) for a in arms for s in setup.eval_sizes for seed in seeds}
+    assert len(keys) == len(set(keys)) and set(keys) == expected
+    assert all(0 <= float(r["accuracy"]) <= 1 for r in rows)
+    size = setup.eval_sizes[-1]
+    keys = [(c["arm"], int(c["seed"]), int(c["row"]), int(c["col"])) for c in cells]
+    assert len(keys) == len(set(keys)) == len(arms) * 5 * (size - 1) * size
+    for row in (r for r in rows if int(r["size"]) == size):
+        mine = [
+            float(c["accuracy"])
+            for c in cells
+            if (c["arm"], c["seed"]) == (row["arm"], row["seed"])
+        ]
+        assert sum(mine) / len(mine) == pytest.approx(float(row["accuracy"]), abs=1e-4)

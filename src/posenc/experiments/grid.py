@@ -44,6 +44,11 @@ Run it from the repository's root::
     python -m posenc.experiments.grid --jobs 2
     # writes data/grid_generalization.csv and data/grid_generalization_cells.csv
 
+With one training width a 1-D encoding can learn "8 back" for "above". ``--mixed``
+(:data:`MIXED`, :data:`MIXED_ARMS`) trains instead on square grids whose side is drawn per
+batch from 6 .. 10 (``Setup.train_sizes``) and writes ``data/grid_mixed_sizes.csv`` and
+``data/grid_mixed_sizes_cells.csv``, the same columns; 8 stays the reference size.
+
 One unit is an (arm, seed); the runner appends each unit's rows to both files as it
 finishes, skips the units a file holds and refuses a file of another setup (the setup id
 is on every row), as chapter 9's runners do. :func:`summary` reads the rows back (NumPy
@@ -83,6 +88,8 @@ __all__ = [
     "CELL_FIELDS",
     "FIELDS",
     "FULL",
+    "MIXED",
+    "MIXED_ARMS",
     "QUICK",
     "ROW_BREAK",
     "TASK",
@@ -101,6 +108,7 @@ __all__ = [
     "run",
     "summary",
     "train",
+    "training_batches",
     "unit",
     "unit_rows",
 ]
@@ -148,6 +156,10 @@ class Setup:
     learning_rate: float = 3e-3
     warmup: int = 100
     eval_batch: int = 128
+    train_sizes: tuple[int, ...] = ()
+    """Empty: every training grid is train_size x train_size. Otherwise every training
+    batch is a square grid whose side is drawn from these (train_size among them) by the
+    seeded data generator (:func:`training_batches`)."""
 
     def __post_init__(self):
         for name in ("train_size", "d_model", "n_heads", "n_layers", "batch_size", "steps"):
@@ -157,6 +169,18 @@ class Setup:
         if self.train_size < 2:
             raise ValueError(
                 f"train_size must be >= 2 (row 0 has no target), got {self.train_size}"
+            )
+        if not isinstance(self.train_sizes, tuple):
+            raise TypeError(f"train_sizes must be a tuple of ints, got {self.train_sizes!r}")
+        for side in self.train_sizes:
+            if isinstance(side, bool) or not isinstance(side, int) or side < 2:
+                raise ValueError(
+                    f"train_sizes must be ints >= 2 (row 0 has no target), got {side!r} in "
+                    f"train_sizes={self.train_sizes}"
+                )
+        if self.train_sizes and self.train_size not in self.train_sizes:
+            raise ValueError(
+                f"train_size={self.train_size} must be one of train_sizes={self.train_sizes}"
             )
         if not self.eval_sizes or self.eval_sizes[0] != self.train_size:
             raise ValueError(
@@ -173,7 +197,10 @@ class Setup:
 
     @property
     def id(self) -> str:
-        described = json.dumps({"study": TASK, **dataclasses.asdict(self)}, sort_keys=True)
+        fields = dataclasses.asdict(self)
+        if not self.train_sizes:  # the single-size setups keep the ids their data carry
+            del fields["train_sizes"]
+        described = json.dumps({"study": TASK, **fields}, sort_keys=True)
         return hashlib.sha256(described.encode()).hexdigest()[:12]
 
 
@@ -185,6 +212,19 @@ QUICK = Setup(
     batch_size=4, eval_batch=8,
 )  # fmt: skip
 """A smoke run through the same code path, a second long (the tests use it)."""
+
+MIXED = Setup(train_sizes=(6, 7, 8, 9, 10))
+"""FULL with training grids of 6 x 6 to 10 x 10, a side drawn per batch, so no single
+raster offset is "above" in training (``data/grid_mixed_sizes.csv``, seeds 0 .. 4).
+train_size 8 stays the reference: the "inside" cells, ``copies_8_back`` and the
+interpolated arm's base_size."""
+
+MIXED_ARMS = ("rope_1d", "rope_1d_rows", "rope_axial")
+"""The arms the mixed-size run trains: whether a row break or axial positions let a model
+find "above" when the width changes from batch to batch."""
+
+QUICK_MIXED = dataclasses.replace(QUICK, train_sizes=(2, 3, 4))
+"""QUICK with mixed training sides (``--mixed --quick``)."""
 
 
 # -- data -------------------------------------------------------------------------------
@@ -332,21 +372,33 @@ class GridModel(nn.Module):
 # -- training and evaluation ------------------------------------------------------------
 
 
+def training_batches(setup: Setup, seed: int):
+    """The ``steps`` training batches of ``seed``: (side, tokens, targets) per batch, from
+    one generator seeded ``seed``. The side is train_size, or with ``train_sizes`` set a
+    value drawn uniformly from them by that generator before each batch, so the sequence
+    of sides is fixed by the seed."""
+    data = torch.Generator().manual_seed(seed)
+    sizes = setup.train_sizes
+    for _ in range(setup.steps):
+        side = setup.train_size
+        if sizes:
+            side = sizes[int(torch.randint(len(sizes), (1,), generator=data))]
+        yield (side, *make_batch(data, setup.batch_size, side, side))
+
+
 def train(arm: str, seed: int, setup: Setup) -> GridModel:
-    """A model of ``arm`` trained on train_size grids: AdamW at ``learning_rate`` after a
-    linear warm-up, ``steps`` batches drawn from a generator seeded ``seed``."""
+    """A model of ``arm`` trained on train_size grids (or grids of the ``train_sizes``):
+    AdamW at ``learning_rate`` after a linear warm-up, ``steps`` batches drawn from a
+    generator seeded ``seed`` (:func:`training_batches`)."""
     torch.manual_seed(seed)
     model = GridModel(arm, setup)
     optimizer = torch.optim.AdamW(model.parameters(), lr=setup.learning_rate, weight_decay=0.0)
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: min(1.0, (step + 1) / (setup.warmup + 1))
     )
-    data = torch.Generator().manual_seed(seed)
-    grid = (setup.train_size, setup.train_size)
     model.train()
-    for _ in range(setup.steps):
-        tokens, targets = make_batch(data, setup.batch_size, *grid)
-        loss, _, scored = lg._correct(model, tokens, targets, grid)
+    for side, tokens, targets in training_batches(setup, seed):
+        loss, _, scored = lg._correct(model, tokens, targets, (side, side))
         optimizer.zero_grad()
         (loss.sum() / scored.sum()).backward()
         optimizer.step()
@@ -570,21 +622,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--jobs", type=int, default=1, help="units in parallel (one core each)")
     parser.add_argument("--seeds", type=int, default=5, help="seeds 0 .. N - 1 (default 5)")
-    parser.add_argument("--arms", nargs="+", default=list(ARMS), help=" ".join(ARMS))
+    parser.add_argument(
+        "--arms", nargs="+", default=None,
+        help=f"default {' '.join(ARMS)}; with --mixed {' '.join(MIXED_ARMS)}",
+    )  # fmt: skip
     parser.add_argument("--quick", action="store_true", help="a seconds-long smoke run")
     parser.add_argument(
+        "--mixed", action="store_true",
+        help="train on grids of 6 x 6 .. 10 x 10 (MIXED) into data/grid_mixed_sizes.csv",
+    )  # fmt: skip
+    parser.add_argument(
         "--out", type=Path, default=None,
-        help="default data/grid_generalization.csv; the cells go to <stem>_cells.csv beside it",
+        help="default data/grid_generalization.csv (grid_mixed_sizes.csv with --mixed); the "
+        "cells go to <stem>_cells.csv beside it",
     )  # fmt: skip
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     args = parser.parse_args(argv)
-    setup = QUICK if args.quick else FULL
-    name = "grid_generalization_quick" if args.quick else "grid_generalization"
+    if args.mixed:
+        setup, name, arms = (QUICK_MIXED if args.quick else MIXED), "grid_mixed_sizes", MIXED_ARMS
+    else:
+        setup, name, arms = (QUICK if args.quick else FULL), "grid_generalization", ARMS
+    name += "_quick" if args.quick else ""
+    arms = list(arms) if args.arms is None else args.arms
     out = args.out if args.out is not None else Path("data") / f"{name}.csv"
     start = time.perf_counter()
     try:
         made = run(
-            setup, out, arms=args.arms, seeds=args.seeds, jobs=args.jobs,
+            setup, out, arms=arms, seeds=args.seeds, jobs=args.jobs,
             progress=not args.no_progress,
         )  # fmt: skip
     except ValueError as error:

@@ -1,0 +1,83 @@
+"""Chapter 25's facts about transformers' model code, kept out of the reader's path.
+
+The chapter draws which layers of Command A rotate and the speeds of partial rotary;
+these tests pin both to transformers' own code (nothing is downloaded: small random
+models and default configurations only).
+"""
+
+import math
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+tf = pytest.importorskip("transformers")
+
+from posenc.rotary import RotaryEmbedding  # noqa: E402
+
+
+def _cohere2_layers_that_move():
+    """Run each layer of a small random Command A model alone at two position sets."""
+    torch.manual_seed(0)
+    small = tf.Cohere2Config(
+        vocab_size=50,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=4,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        head_dim=16,
+        bos_token_id=None,
+        eos_token_id=None,
+        pad_token_id=None,
+    )
+    model = tf.Cohere2Model(small).eval()
+    x = torch.randn(1, 8, 32)
+    causal = torch.full((8, 8), -math.inf).triu(1)[None, None]
+    # uneven gaps: one constant shift would change no RoPE score
+    uneven = torch.tensor([0, 3, 4, 9, 10, 20, 21, 30])
+    outputs = []
+    with torch.no_grad():
+        for pos in (torch.arange(8), uneven):
+            cos_sin = model.rotary_emb(x, pos[None])
+            outputs.append([layer.self_attn(x, cos_sin, causal)[0] for layer in model.layers])
+    moved = [not torch.equal(a, b) for a, b in zip(*outputs, strict=True)]
+    return small.layer_types, moved
+
+
+def test_command_a_rotates_only_in_its_sliding_window_layers():
+    layer_types, moved = _cohere2_layers_that_move()
+    assert "full_attention" in layer_types and "sliding_attention" in layer_types
+    assert moved == [t == "sliding_attention" for t in layer_types]
+
+
+def test_command_a_configuration_has_no_rope_flag_per_layer():
+    # the chapter applies the model code's rule because the configuration lists none
+    assert getattr(tf.Cohere2Config(), "no_rope_layers", None) is None
+
+
+def test_llama4_no_rope_layers_flag_is_one_where_the_layer_rotates():
+    cfg = tf.Llama4TextConfig()
+    assert cfg.no_rope_layers[:8] == [1, 1, 1, 0, 1, 1, 1, 0]
+    assert (cfg.attn_temperature_tuning, cfg.floor_scale, cfg.attn_scale) == (True, 8192, 0.1)
+
+
+@pytest.mark.parametrize(
+    ("config", "module", "theta", "factor"),
+    [
+        ("Glm4MoeConfig", "glm4_moe.modeling_glm4_moe.Glm4MoeRotaryEmbedding", 1e6, 0.5),
+        ("Qwen3NextConfig", "qwen3_next.modeling_qwen3_next.Qwen3NextRotaryEmbedding", 1e7, 0.25),
+    ],
+)
+def test_partial_rotary_speeds_match_transformers(config, module, theta, factor):
+    import importlib
+
+    path, name = module.rsplit(".", 1)
+    hf_rotary = getattr(importlib.import_module(f"transformers.models.{path}"), name)
+    params = {"rope_type": "default", "rope_theta": theta, "partial_rotary_factor": factor}
+    cfg = getattr(tf, config)(head_dim=128, rope_parameters=params)
+    r = int(cfg.head_dim * factor)
+    ours = RotaryEmbedding(cfg.head_dim, rotary_dim=r, base=theta).frequencies
+    theirs = hf_rotary.compute_default_rope_parameters(cfg)[0].double().numpy()
+    assert len(ours) == r // 2
+    np.testing.assert_allclose(ours, theirs, rtol=1e-6, atol=0)
