@@ -359,6 +359,55 @@ def test_mrope_position_ids_after_a_long_video():
     assert np.array_equal(ours[:, :-2], theirs[:, :-2])
 
 
+def test_transformers_5_23_restarts_text_below_a_long_video():
+    # Pins what chapter 24 states: transformers 5.23's get_rope_index advances by
+    # max(h, w) after a video too, so after 2 text tokens and a video of 6 x 2 x 3
+    # tokens the text goes on at 2 + 3 = 5, below the video's largest temporal id 7,
+    # where Qwen2-VL's rule (mrope_position_ids) goes on at 8.
+    transformers = pytest.importorskip("transformers")
+    if transformers.__version__ != "5.23.0":
+        pytest.skip("pinned to transformers 5.23.0")
+    segments = [2, (6, 2, 3), 2]
+    ours, theirs = mrope_position_ids(segments), _transformers_rope_index(segments)
+    assert ours[:, -2:].tolist() == [[8, 9]] * 3
+    assert theirs[:, -2:].tolist() == [[5, 6]] * 3
+    assert theirs[0, 2:-2].max() == 7
+
+
+def test_qwen2_5_vl_temporal_ids_count_seconds():
+    # Chapter 24: Qwen2.5-VL spaces a video's temporal ids by tokens_per_second times
+    # second_per_grid_t, so two samplings of the same seconds get the same ids.
+    pytest.importorskip("transformers")
+    import functools
+    import types
+
+    from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VLModel
+
+    def temporal(frames_per_patch_grid, seconds_per_patch, tokens_per_second=2):
+        t = frames_per_patch_grid
+        kinds = torch.tensor([[0] + [2] * (t * 1 * 1) + [0]])
+        vision = types.SimpleNamespace(spatial_merge_size=2, tokens_per_second=tokens_per_second)
+        model = types.SimpleNamespace(
+            config=types.SimpleNamespace(vision_config=vision),
+            get_vision_position_ids=functools.partial(
+                Qwen2_5_VLModel.get_vision_position_ids, None
+            ),
+        )
+        ids, _ = Qwen2_5_VLModel.get_rope_index(
+            model,
+            torch.zeros_like(kinds),
+            kinds,
+            None,
+            torch.tensor([[t, 2, 2]]),
+            torch.tensor([seconds_per_patch]),
+        )
+        return ids[0, 0, 1:-1].tolist()
+
+    assert temporal(4, 2.0) == [1, 5, 9, 13]  # start 1, steps of 2 * 2.0
+    assert temporal(16, 0.5)[::4] == temporal(4, 2.0)
+    assert temporal(4, 2.0, tokens_per_second=1) == [1, 3, 5, 7]
+
+
 # --- bad input --------------------------------------------------------------------------
 
 BAD_MULTIDIM = [
