@@ -23,6 +23,17 @@ CELLS = DATA.with_name("grid_generalization_cells.csv")
 SETUP = grid.QUICK  # 3 x 3 training grids, scored at 3 x 3 and 4 x 4
 
 
+def _cells_average_to_their_rows(rows, cells, size):
+    """Each (arm, seed)'s per-cell accuracies at ``size`` average to its row's accuracy."""
+    for row in (r for r in rows if int(r["size"]) == size):
+        mine = [
+            float(c["accuracy"])
+            for c in cells
+            if (c["arm"], c["seed"]) == (row["arm"], row["seed"])
+        ]
+        assert sum(mine) / len(mine) == pytest.approx(float(row["accuracy"]), abs=1e-4)
+
+
 def test_the_target_is_the_token_above_and_row_0_is_unscored():
     tokens, targets = grid.make_batch(torch.Generator().manual_seed(5), 2, 3, 3)
     assert tokens.shape == targets.shape == (2, 9)
@@ -412,13 +423,7 @@ def test_the_committed_cells_hold_every_cell_with_a_target_at_16_and_match_the_a
     assert len(keys) == len(set(keys)) == len(grid.ARMS) * 5 * 15 * 16
     assert set(keys) == expected
     assert all(0 <= float(c["accuracy"]) <= 1 for c in cells)
-    for row in (r for r in rows if int(r["size"]) == size):
-        mine = [
-            float(c["accuracy"])
-            for c in cells
-            if (c["arm"], c["seed"]) == (row["arm"], row["seed"])
-        ]
-        assert sum(mine) / len(mine) == pytest.approx(float(row["accuracy"]), abs=1e-4)
+    _cells_average_to_their_rows(rows, cells, size)
 
 
 # -- training on mixed grid sizes ---------------------------------------------------------
@@ -514,10 +519,4 @@ def test_the_committed_mixed_run_holds_every_arm_size_seed_and_cell_of_its_setup
     size = setup.eval_sizes[-1]
     keys = [(c["arm"], int(c["seed"]), int(c["row"]), int(c["col"])) for c in cells]
     assert len(keys) == len(set(keys)) == len(arms) * 5 * (size - 1) * size
-    for row in (r for r in rows if int(r["size"]) == size):
-        mine = [
-            float(c["accuracy"])
-            for c in cells
-            if (c["arm"], c["seed"]) == (row["arm"], row["seed"])
-        ]
-        assert sum(mine) / len(mine) == pytest.approx(float(row["accuracy"]), abs=1e-4)
+    _cells_average_to_their_rows(rows, cells, size)
