@@ -311,7 +311,7 @@ def test_axial_mode_is_rope_on_each_half():
     assert not np.allclose(module(torch.from_numpy(x), row_col).numpy(), by_hand, atol=1e-3)
 
 
-def _transformers_rope_index(segments, merge=2):
+def _transformers_rope_index(segments, merge=2, with_deltas=False):
     """transformers' Qwen2VLModel.get_rope_index on text spans and (t, h, w) grids (in
     merged tokens), driven through the few attributes it reads from its model."""
     import functools
@@ -335,8 +335,8 @@ def _transformers_rope_index(segments, merge=2):
         get_vision_position_ids=functools.partial(Qwen2VLModel.get_vision_position_ids, None),
     )
     image, video = (torch.tensor(g) if g else None for g in grids.values())
-    ids, _ = Qwen2VLModel.get_rope_index(model, torch.zeros_like(kinds), kinds, image, video)
-    return ids[:, 0].numpy()
+    ids, deltas = Qwen2VLModel.get_rope_index(model, torch.zeros_like(kinds), kinds, image, video)
+    return (ids[:, 0].numpy(), int(deltas)) if with_deltas else ids[:, 0].numpy()
 
 
 @pytest.mark.parametrize(
@@ -372,6 +372,18 @@ def test_transformers_5_23_restarts_text_below_a_long_video():
     assert ours[:, -2:].tolist() == [[8, 9]] * 3
     assert theirs[:, -2:].tolist() == [[5, 6]] * 3
     assert theirs[0, 2:-2].max() == 7
+
+
+def test_transformers_5_23_rope_deltas_disagree_with_its_prompt_ids():
+    # Chapter 24's version box: rope_deltas (added to the cache position of each generated
+    # token) comes from the largest id, 7, so the first generated token of the 40-token
+    # prompt gets 40 - 32 = 8 while the prompt's last text token sits at 6.
+    transformers = pytest.importorskip("transformers")
+    if transformers.__version__ != "5.23.0":
+        pytest.skip("pinned to transformers 5.23.0")
+    ids, deltas = _transformers_rope_index([2, (6, 2, 3), 2], with_deltas=True)
+    assert ids.shape[1] == 40 and ids[0, -1] == 6
+    assert deltas == -32 and ids.shape[1] + deltas == ids.max() + 1 == 8
 
 
 def test_qwen2_5_vl_temporal_ids_count_seconds():
