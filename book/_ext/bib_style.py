@@ -43,6 +43,16 @@ def _authors(entry) -> str:
     return f"{names[0]} et al."
 
 
+def _suffix(index: int) -> str:
+    """a, b, ..., z, aa, ab, ...: the letters of the index-th of several equal labels."""
+    letters = ""
+    index += 1
+    while index:
+        index, rest = divmod(index - 1, 26)
+        letters = ascii_lowercase[rest] + letters
+    return letters
+
+
 class AuthorYearLabels(BaseLabelStyle):
     """'Surname Year', 'A and B Year', 'A et al. Year'; letters tell equal labels apart."""
 
@@ -53,7 +63,7 @@ class AuthorYearLabels(BaseLabelStyle):
         seen: Counter = Counter()
         for label in labels:
             if repeated[label] > 1:
-                letter = ascii_lowercase[seen[label]]
+                letter = _suffix(seen[label])
                 yield label + ("-" if label.endswith(".") else "") + letter
                 seen[label] += 1
             else:
