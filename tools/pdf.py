@@ -78,7 +78,7 @@ h1 {{ font-size: 30pt; font-weight: 400; margin: 60mm 0 6mm; }}
 .lead {{ font-size: 12pt; line-height: 1.5; max-width: 130mm; }}
 .where {{ font-size: 9pt; color: #555; margin-top: 10mm; }}
 h2 {{ font-size: 16pt; font-weight: 400; break-before: page; margin-top: 0; }}
-ol {{ list-style: none; padding: 0; font-size: 11pt; line-height: 1.9; }}
+ol {{ list-style: none; padding: 0; font-size: 10.5pt; line-height: 1.6; }}
 li {{ display: flex; }}
 li .dots {{ flex: 1; border-bottom: 1px dotted #999; margin: 0 2mm 1.3em; }}
 </style></head><body>
