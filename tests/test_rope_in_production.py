@@ -81,3 +81,35 @@ def test_partial_rotary_speeds_match_transformers(config, module, theta, factor)
     theirs = hf_rotary.compute_default_rope_parameters(cfg)[0].double().numpy()
     assert len(ours) == r // 2
     np.testing.assert_allclose(ours, theirs, rtol=1e-6, atol=0)
+
+
+def _qk_logit_range(normalise):
+    """Largest |logit| of Qwen3-style heads, and the chapter's cap G sqrt(d)."""
+    from posenc.alternatives import rope
+
+    torch.manual_seed(0)
+    d = tf.Qwen3Config().head_dim
+    norms = [tf.models.qwen3.modeling_qwen3.Qwen3RMSNorm(d) for _ in range(2)]
+    with torch.no_grad():
+        for norm in norms:  # learned gains, away from 1
+            norm.weight.uniform_(0.5, 2.0)
+        q, k = (10 * torch.randn(64, d) for _ in range(2))
+        if normalise:
+            q, k = norms[0](q), norms[1](k)
+        gain = float(norms[0].weight.abs().max() * norms[1].weight.abs().max())
+    q, k = rope(q.numpy().astype(np.float64)), rope(k.numpy().astype(np.float64))
+    return np.abs(q @ k.T / math.sqrt(d)).max(), gain * math.sqrt(d)
+
+
+def test_qk_norm_caps_the_logits():
+    largest, cap = _qk_logit_range(normalise=True)
+    assert largest <= cap * (1 + 1e-5)  # so no margin exceeds 2 G sqrt(d)
+    largest, cap = _qk_logit_range(normalise=False)
+    assert largest > cap  # without the norm nothing caps them
+
+
+def test_mla_cache_widths_from_the_configurations():
+    for cfg in (tf.DeepseekV3Config(), tf.DeepseekV32Config()):
+        per_layer = cfg.kv_lora_rank + cfg.qk_rope_head_dim
+        assert (per_layer, cfg.num_hidden_layers) == (576, 61)
+        assert per_layer * cfg.num_hidden_layers == 35136  # per token, all layers
