@@ -499,3 +499,28 @@ def test_rotary_bad_positions_name_the_shape(kwargs, positions, named):
     x = torch.randn(2, 2, 5, 16)  # (batch 2, heads, seq 5, dim)
     with pytest.raises((TypeError, ValueError), match=re.escape(named)):
         module(x, positions)
+
+
+def test_mrope_between_patches_of_one_image_is_axial():
+    # two patches of one image share the temporal id: the temporal pairs turn by the same
+    # angle on both sides (offset 0), and the score depends on (Δrow, Δcol) alone
+    torch.manual_seed(2)
+    q, k = torch.randn(2, 128, dtype=torch.float64)
+    mrope = RotaryEmbedding(128, base=1e6, mrope_section=(16, 24, 24))
+
+    def score(query_ids, key_ids):
+        ids = torch.tensor([query_ids, key_ids]).T  # (3, 2)
+        rotated = mrope(torch.stack([q, k]), ids)
+        return float(rotated[0] @ rotated[1])
+
+    s = 4
+    reference = score((s, s + 2, s + 1), (s, s, s + 3))  # (Δrow, Δcol) = (2, -2)
+    for start, dr, dc in [(0, 0, 0), (9, 1, 5), (30, 6, 2)]:
+        shifted = score(
+            (start, start + 2 + dr, start + 1 + dc), (start, start + dr, start + 3 + dc)
+        )
+        assert abs(shifted - reference) < 1e-9
+    # temporal pairs idle: a temporal id of 0 on both sides gives the same score
+    assert abs(score((0, s + 2, s + 1), (0, s, s + 3)) - reference) < 1e-9
+    # a query at another temporal id (a text token or a later frame) adds a temporal term
+    assert abs(score((s + 3, s + 2, s + 1), (s, s, s + 3)) - reference) > 1e-3
