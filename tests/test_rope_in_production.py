@@ -113,3 +113,34 @@ def test_mla_cache_widths_from_the_configurations():
         per_layer = cfg.kv_lora_rank + cfg.qk_rope_head_dim
         assert (per_layer, cfg.num_hidden_layers) == (576, 61)
         assert per_layer * cfg.num_hidden_layers == 35136  # per token, all layers
+
+
+def test_llama4_qk_norm_has_no_gains_and_only_rope_layers_use_it():
+    from transformers.models.llama4 import modeling_llama4 as m
+
+    assert list(m.Llama4TextL2Norm().parameters()) == []  # G = 1 exactly
+    cfg = tf.Llama4TextConfig(
+        hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16
+    )
+    assert cfg.use_qk_norm
+    for layer, rotates in enumerate(cfg.no_rope_layers[:4]):
+        attention = m.Llama4TextAttention(cfg, layer)
+        assert hasattr(attention, "qk_norm") == bool(rotates)
+    x = torch.randn(3, 16, dtype=torch.float64)
+    lengths = m.Llama4TextL2Norm(0.0)(x).norm(dim=-1)
+    assert torch.allclose(lengths, torch.full((3,), 4.0, dtype=torch.float64))  # sqrt(d)
+
+
+def test_absorbed_cache_designs_of_deepseek_v4_and_gemma4():
+    import inspect
+
+    from transformers.models.deepseek_v4 import modeling_deepseek_v4 as v4
+    from transformers.models.gemma4 import modeling_gemma4 as g4
+
+    cfg = tf.DeepseekV4Config()
+    assert (cfg.head_dim, cfg.qk_rope_head_dim, cfg.num_key_value_heads) == (512, 64, 1)
+    code = inspect.getsource(v4.DeepseekV4Attention.forward)
+    assert "cos, -sin" in code  # the output's rotated slice is rotated back
+    code = inspect.getsource(g4.Gemma4TextAttention)
+    assert "attention_k_eq_v and not self.is_sliding" in code
+    assert "if self.v_proj is not None else key_states" in code
