@@ -144,3 +144,73 @@ def test_absorbed_cache_designs_of_deepseek_v4_and_gemma4():
     code = inspect.getsource(g4.Gemma4TextAttention)
     assert "attention_k_eq_v and not self.is_sliding" in code
     assert "if self.v_proj is not None else key_states" in code
+
+
+def _mla_scores_and_outputs(rotate_rebuilt_keys=False, seed=0):
+    """Explicit MLA (keys rebuilt per head) and absorbed MLA (one shared cached key)."""
+    from posenc.alternatives import rope
+
+    rng = np.random.default_rng(seed)
+    n, d_model, d_c, d_h, d_r, heads = 10, 24, 6, 8, 4, 3
+
+    def mat(*shape):
+        return rng.normal(size=shape) / math.sqrt(shape[-1])
+
+    def attend(scores, values):
+        scores = np.where(np.tri(n, dtype=bool), scores, -np.inf)
+        w = np.exp(scores - scores.max(-1, keepdims=True))
+        return w / w.sum(-1, keepdims=True) @ values
+
+    h = rng.normal(size=(n, d_model))
+    c = h @ mat(d_c, d_model).T
+    k_r = rope(h @ mat(d_r, d_model).T)
+    w_uk, w_uv = mat(heads, d_h, d_c), mat(heads, d_h, d_c)
+    q_c, q_r = h @ mat(heads, d_model, d_h), rope(h @ mat(heads, d_model, d_r))
+    k_c = c @ w_uk.transpose(0, 2, 1)
+    if rotate_rebuilt_keys:  # the design decoupled RoPE avoids
+        q_c, k_c = rope(q_c), rope(k_c)
+    keys = np.concatenate([k_c, np.broadcast_to(k_r, (heads, n, d_r))], -1)
+    explicit = np.concatenate([q_c, q_r], -1) @ keys.transpose(0, 2, 1)
+    absorbed = np.concatenate([q_c @ w_uk, q_r], -1) @ np.concatenate([c, k_r], -1).T
+    outs = (
+        attend(explicit, c @ w_uv.transpose(0, 2, 1)),
+        attend(absorbed, c) @ w_uv.transpose(0, 2, 1),
+    )
+    return (explicit, absorbed), outs, attend(absorbed[0], np.eye(n))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_decoupled_mla_explicit_equals_absorbed(seed):
+    (explicit, absorbed), (out_e, out_a), _ = _mla_scores_and_outputs(seed=seed)
+    assert np.allclose(explicit, absorbed) and np.allclose(out_e, out_a)
+
+
+def test_rope_on_rebuilt_keys_breaks_absorption():
+    # the rotated query with one fixed absorbed matrix no longer reproduces the scores
+    (explicit, absorbed), _, _ = _mla_scores_and_outputs(rotate_rebuilt_keys=True)
+    assert not np.allclose(explicit, absorbed)
+
+
+def _rotate_back(weights, values, shift, back=True):
+    """DeepSeek-V4's rope slice: values rotated at j, output rotated by -i (if back)."""
+    from posenc.alternatives import rope
+
+    n = len(values)
+    out = weights @ rope(values, np.arange(n) + shift)
+    return rope(out, -np.arange(n) - shift) if back else out
+
+
+def test_deepseek_v4_rotate_back_depends_on_relative_position_only():
+    from posenc.alternatives import rope
+
+    _, _, weights = _mla_scores_and_outputs()
+    values = np.random.default_rng(5).normal(size=(len(weights), 4))
+    outs = [_rotate_back(weights, values, t) for t in (0, 1000)]
+    assert np.allclose(outs[0], outs[1])
+    # sum_j w_ij R_{j-i} v_j, written out
+    n = len(values)
+    direct = [weights[i] @ rope(values, np.arange(n) - i) for i in range(n)]
+    assert np.allclose(outs[0], np.array(direct))
+    # without the rotation back the output depends on absolute position
+    raw = [_rotate_back(weights, values, t, back=False) for t in (0, 1000)]
+    assert not np.allclose(raw[0], raw[1])
