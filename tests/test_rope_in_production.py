@@ -214,3 +214,10 @@ def test_deepseek_v4_rotate_back_depends_on_relative_position_only():
     # without the rotation back the output depends on absolute position
     raw = [_rotate_back(weights, values, t, back=False) for t in (0, 1000)]
     assert not np.allclose(raw[0], raw[1])
+
+
+def test_bfloat16_position_rounds_as_the_chapter_states():
+    """The porting box: in bfloat16, position 100,001 is stored as 99,840."""
+    stored = torch.tensor(100001.0, dtype=torch.float32).to(torch.bfloat16)
+    assert stored.item() == 99840.0
+    assert torch.tensor(100001.0, dtype=torch.float32).item() == 100001.0
