@@ -524,3 +524,20 @@ def test_mrope_between_patches_of_one_image_is_axial():
     assert abs(score((0, s + 2, s + 1), (0, s, s + 3)) - reference) < 1e-9
     # a query at another temporal id (a text token or a later frame) adds a temporal term
     assert abs(score((s + 3, s + 2, s + 1), (s, s, s + 3)) - reference) > 1e-3
+
+
+def test_mrope_patches_of_one_image_add_the_unrotated_temporal_term():
+    # chapter 24: with equal temporal ids the temporal pairs add q_t . k_t unrotated, and
+    # the score is that plus the score of the height and width pairs alone
+    q, k = torch.from_numpy(np.random.default_rng(3).normal(size=(2, 128)))
+    mrope = RotaryEmbedding(128, base=1e6, mrope_section=(16, 24, 24))
+    temporal = np.r_[0:16, 64:80]  # the features of pairs 0-15
+
+    def score(query, key, query_ids=(9, 12, 10), key_ids=(9, 10, 12)):
+        rotated = mrope(torch.stack([query, key]), torch.tensor([query_ids, key_ids]).T)
+        return float(rotated[0] @ rotated[1])
+
+    spatial_q, spatial_k = q.clone(), k.clone()
+    spatial_q[temporal] = spatial_k[temporal] = 0
+    content = float(q[temporal] @ k[temporal])
+    assert abs(score(q, k) - content - score(spatial_q, spatial_k)) < 1e-12
