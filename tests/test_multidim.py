@@ -541,3 +541,53 @@ def test_mrope_patches_of_one_image_add_the_unrotated_temporal_term():
     spatial_q[temporal] = spatial_k[temporal] = 0
     content = float(q[temporal] @ k[temporal])
     assert abs(score(q, k) - content - score(spatial_q, spatial_k)) < 1e-12
+
+
+def _transformers_model_source(name, kind):
+    import importlib.util
+    import pathlib
+
+    spec = importlib.util.find_spec(f"transformers.models.{name}.{kind}_{name}")
+    return pathlib.Path(spec.origin).read_text(encoding="utf-8")
+
+
+def test_chapter_24_landscape_table_matches_transformers_source():
+    # Chapter 24's table of image-token ids and its Qwen2.5-Omni sentence, read from
+    # transformers' configuration and modeling files.
+    transformers = pytest.importorskip("transformers")
+    if transformers.__version__ != "5.23.0":
+        pytest.skip("pinned to transformers 5.23.0")
+    src = _transformers_model_source
+    assert transformers.Qwen2_5_VLConfig().vision_config.tokens_per_second == 4
+    for name in "qwen2_vl qwen2_5_vl qwen2_5_omni qwen3_vl glm4v ernie4_5_vl_moe".split():
+        assert "mrope_section" in src(name, "configuration"), name
+    for name in ("llava", "internvl", "gemma3", "llama4"):
+        text = src(name, "modeling")
+        assert "mrope" not in text and "get_rope_index" not in text, name
+    # ERNIE-4.5-VL: height and width interleaved on the fast pairs, time on the slowest 20
+    ernie = src("ernie4_5_vl_moe", "modeling")
+    assert '"mrope_section", [22, 22, 20]' in ernie and "t_dim = mrope_section[2]" in ernie
+    assert "inv_freq_3d[-t_dim:] = inv_freq[-t_dim:]" in ernie
+    assert "torch.cat([freq_hw, freq_t], dim=-1)" in ernie
+    # interleaved: Qwen3-VL, Qwen3-Omni, Qwen3.5 (partial rotary 0.25 of 256)
+    for name, default in (
+        ("qwen3_vl", "[24, 20, 20]"),
+        ("qwen3_omni_moe", "[24, 20, 20]"),
+        ("qwen3_5", "[11, 11, 10]"),
+    ):
+        text = src(name, "modeling")
+        assert "idx = slice(offset, length, 3)" in text, name
+        assert f'"mrope_section", {default})' in text, name
+    q35 = src("qwen3_5", "configuration")
+    assert "head_dim: int = 256" in q35
+    assert 'kwargs.setdefault("partial_rotary_factor", 0.25)' in q35
+    assert "freq.split(self.mrope_section, dim=-1)" in src("glm4v_moe", "modeling")
+    # Qwen2.5-Omni: 25 temporal ids a second, 2-second chunks, one audio token per 40 ms
+    omni = src("qwen2_5_omni", "configuration")
+    assert "position_id_per_seconds: int = 25" in omni and "seconds_per_chunk: int = 2" in omni
+    omni_model = src("qwen2_5_omni", "modeling")
+    assert "t_ntoken_per_chunk = int(position_id_per_seconds * seconds_per_chunk)" in omni_model
+    audio = "audio_len = ((audio_seqlens[audio_idx] - 1) // 2 + 1 - 2) // 2 + 1"
+    assert audio in omni_model
+    mel = transformers.WhisperFeatureExtractor()  # mel frames every hop_length samples
+    assert mel.sampling_rate / mel.hop_length / 4 == 25  # halved twice: 40 ms a token
