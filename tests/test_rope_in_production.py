@@ -221,3 +221,28 @@ def test_bfloat16_position_rounds_as_the_chapter_states():
     stored = torch.tensor(100001.0, dtype=torch.float32).to(torch.bfloat16)
     assert stored.item() == 99840.0
     assert torch.tensor(100001.0, dtype=torch.float32).item() == 100001.0
+
+
+@pytest.mark.parametrize("factor", [4.0, 40.0])
+def test_deepseek_v3_yarn_scales_scores_by_the_square_of_0_1_ln_s_plus_1(factor):
+    from transformers.models.deepseek_v3 import modeling_deepseek_v3 as ds3
+
+    params = {"rope_type": "yarn", "factor": factor, "mscale_all_dim": 1.0}
+    assert math.isclose(ds3.yarn_apply_mscale(params, 1.0), (0.1 * math.log(factor) + 1) ** 2)
+
+
+def test_deepseek_v4_compressed_entries_get_block_start_positions_and_own_rope():
+    import inspect
+
+    from transformers.models.deepseek_v4 import configuration_deepseek_v4 as c4
+    from transformers.models.deepseek_v4 import modeling_deepseek_v4 as m4
+
+    v4 = tf.DeepseekV4Config()
+    assert v4.compress_rope_theta == 160000.0
+    assert v4.rope_parameters["main"]["rope_theta"] == 10000.0
+    assert v4.rope_parameters["compress"]["rope_theta"] == 160000.0
+    window_only = c4._COMPRESS_RATIO_TO_LAYER_TYPE[0]
+    assert window_only == "sliding_attention" and window_only not in v4.layer_types
+    code = inspect.getsource(m4)
+    assert "positions * self.compress_rate + first_window_position" in code
+    assert '"main" if self.layer_type == "sliding_attention" else "compress"' in code
