@@ -246,3 +246,37 @@ def test_deepseek_v4_compressed_entries_get_block_start_positions_and_own_rope()
     code = inspect.getsource(m4)
     assert "positions * self.compress_rate + first_window_position" in code
     assert '"main" if self.layer_type == "sliding_attention" else "compress"' in code
+
+
+def test_deepseek_v4_compressed_layers_rotate_everything_with_the_compress_rope():
+    """CSA/HCA layers rotate queries and window keys with base 160,000 too, not only entries."""
+    import inspect
+
+    from transformers.models.deepseek_v4 import modeling_deepseek_v4 as m4
+
+    attention = inspect.getsource(m4.DeepseekV4Attention)
+    assert "cos, sin = position_embeddings[self.rope_layer_type]" in attention
+    assert "q = apply_rotary_pos_emb(q, cos, sin)" in attention
+    assert "kv = apply_rotary_pos_emb(kv, cos, sin)" in attention
+    # CSA reads only the indexer's top index_topk compressed entries
+    assert "top_k = min(self.index_topk, compressed_len)" in inspect.getsource(m4)
+    assert tf.DeepseekV4Config().index_topk == 512
+
+
+def test_gemma4_attention_k_eq_v_applies_to_global_layers_only():
+    import inspect
+
+    from transformers.models.gemma4 import modeling_gemma4 as g4
+
+    code = inspect.getsource(g4.Gemma4TextAttention.__init__)
+    assert "config.attention_k_eq_v and not self.is_sliding" in code
+
+
+def test_deepseek_v3_released_yarn_multiplies_scores_by_about_1_87():
+    from transformers.models.deepseek_v3 import modeling_deepseek_v3 as ds3
+
+    released = {"rope_type": "yarn", "rope_theta": 1e4, "factor": 40.0, "mscale": 1.0}
+    released |= {"mscale_all_dim": 1.0, "original_max_position_embeddings": 4096}
+    cfg = tf.DeepseekV3Config(rope_parameters=released)
+    gain = ds3.yarn_apply_mscale(cfg.rope_parameters, 1.0)
+    assert round(gain, 2) == 1.87
