@@ -280,3 +280,27 @@ def test_deepseek_v3_released_yarn_multiplies_scores_by_about_1_87():
     cfg = tf.DeepseekV3Config(rope_parameters=released)
     gain = ds3.yarn_apply_mscale(cfg.rope_parameters, 1.0)
     assert round(gain, 2) == 1.87
+
+
+def test_deepseek_v4_default_has_no_yarn_and_mixes_csa_and_hca_layers():
+    """YaRN (factor 16) is not in the default configuration; the layer list mixes the two."""
+    v4 = tf.DeepseekV4Config()
+    assert {t: p["rope_type"] for t, p in v4.rope_parameters.items()} == {
+        "main": "default",
+        "compress": "default",
+    }
+    csa, hca = "compressed_sparse_attention", "heavily_compressed_attention"
+    assert v4.layer_types[:5] == [hca, hca, hca, csa, hca]
+    assert set(v4.layer_types) == {csa, hca}
+    yarn = {"rope_type": "yarn", "factor": 16.0, "original_max_position_embeddings": 65536}
+    compress = tf.DeepseekV4Config(rope_parameters=yarn).rope_parameters["compress"]
+    assert compress["rope_type"] == "yarn" and compress["rope_theta"] == 160000.0
+
+
+def test_sliding_window_of_w_reaches_w_minus_one_back_and_gemma_defaults():
+    w, n = 8, 32
+    i, j = np.mgrid[:n, :n]
+    mask = (i >= j) & (i - j < w)  # the chapter's sliding-window mask
+    assert (i - j)[mask].max() == w - 1
+    assert tf.Gemma3TextConfig().sliding_window == 4096
+    assert tf.Gemma4TextConfig().attention_k_eq_v is False
