@@ -14,6 +14,9 @@
   or without a row-separator token), axial RoPE over (row, col), or 2-D sincos
   (extrapolated or interpolated): ``python -m posenc.experiments.grid --jobs 2``
   (resumable).
+- :mod:`posenc.experiments.flipflop` — chapter 26's one-head flip-flop task: FoX, ALiBi
+  and NoPE heads trained at one length and tested with the last write a set distance
+  back (runs inside the chapter, no data file).
 - :mod:`posenc.experiments.analysis` — bootstrap intervals over seeds, windowed
   accuracy, accuracy steps, and RoPE's predicted lag aliases (NumPy only).
 """
