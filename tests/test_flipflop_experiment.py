@@ -121,3 +121,47 @@ def test_training_is_reproducible_and_learns_something():
 def test_bad_arguments_raise_naming_the_value(call, bad):
     with pytest.raises((ValueError, TypeError), match=bad.replace("[", r"\[").replace("]", r"\]")):
         call()
+
+
+class _Scores(Exception):
+    """Carries the scores ``forward`` passes to ``add_bias``."""
+
+
+def test_content_lead_matches_the_scores_forward_computes():
+    head = ff.make_head("NoPE")
+
+    def grab(scores, x):
+        raise _Scores(scores)
+
+    head.add_bias = grab
+    tok = torch.arange(ff.QUERY + 1)[None]  # every token id once, the query last
+    with pytest.raises(_Scores) as caught:
+        head(tok)
+    score = caught.value.args[0][0].detach()
+    want = score[ff.N_NOISE : ff.QUERY].mean() - score[: ff.N_NOISE].mean()
+    assert math.isclose(ff.content_lead(head), float(want), rel_tol=1e-5, abs_tol=1e-5)
+    # the query's own score is not part of the lead
+    assert not math.isclose(
+        ff.content_lead(head),
+        float(score[ff.N_NOISE :].mean() - score[: ff.N_NOISE].mean()),
+        abs_tol=1e-5,
+    )
+
+
+def test_distance_price_and_seed_rows():
+    s = 0.3
+    fox, alibi = ff.FoXHead(), ff.ALiBiHead()
+    with torch.no_grad():
+        fox.gate.weight.zero_()
+        fox.gate.bias.fill_(-math.log(math.expm1(s)))  # every gate e^-s
+        alibi.log_slope.fill_(math.log(s))
+    assert math.isclose(ff.distance_price(fox), s, rel_tol=1e-5)
+    assert math.isclose(ff.distance_price(alibi), s, rel_tol=1e-6)
+    assert ff.distance_price(ff.make_head("NoPE")) == 0.0
+    distances = [1, 6]
+    batches = ff.held_out_batches(distances, n=5)
+    rows = ff.seed_rows([{"FoX": fox, "NoPE": ff.make_head("NoPE")}], batches, distances)
+    assert [r["head"] for r in rows] == ["FoX", "NoPE"] and rows[1]["predicted"] == math.inf
+    assert math.isclose(rows[0]["predicted"], ff.content_lead(fox) / s, rel_tol=1e-4)
+    text = ff.format_rows(rows, ceiling=6)
+    assert text.count("\n") == 2 and "    > 6" in text.splitlines()[2]

@@ -270,3 +270,74 @@ def holding(
     sizes = np.array([len(y) for _, y in batches])
     fine = np.cumprod(hits(head, batches) >= need * sizes).astype(bool)
     return int(np.asarray(distances)[fine].max(initial=0))
+
+
+def content_lead(head: FlipFlopHead) -> float:
+    """The final query's mean key score on writes minus its mean key score on noise.
+
+    Scores are ``k_tok . q_QUERY`` over the token embeddings, the raw scores the head adds
+    its bias to; with no position in the embeddings they depend on the token id alone.
+    """
+    with torch.no_grad():
+        _, k, _ = head.qkv(head.emb.weight).chunk(3, dim=-1)
+        q = head.qkv(head.emb.weight[QUERY])[: k.shape[1]]
+        score = k @ q
+    return float(score[N_NOISE:QUERY].mean() - score[:N_NOISE].mean())
+
+
+def distance_price(head: FlipFlopHead) -> float:
+    """What one noise token between a write and the query costs the write's score.
+
+    ALiBi: the slope ``s``; FoX: the mean of ``-log f`` over the noise tokens; NoPE: 0.
+    """
+    with torch.no_grad():
+        if isinstance(head, ALiBiHead):
+            return float(head.log_slope.exp())
+        if isinstance(head, FoXHead):
+            log_f = nn.functional.logsigmoid(head.gate(head.emb.weight[:N_NOISE]))
+            return float(-log_f.mean())
+    return 0.0
+
+
+def seed_rows(
+    heads: Sequence[dict[str, FlipFlopHead]],
+    batches: Sequence[tuple[torch.Tensor, torch.Tensor]],
+    distances: Sequence[int],
+) -> list[dict[str, float | int | str]]:
+    """One row per seed and head: lead, price, predicted and measured holding distance.
+
+    ``heads[seed]`` maps a name to a trained head. The prediction is
+    ``content_lead / distance_price``: the distance at which the bias has eaten the
+    write's mean lead over a noise token (``inf`` for a price of 0).
+    """
+    rows = []
+    for seed, named in enumerate(heads):
+        for name, head in named.items():
+            lead, price = content_lead(head), distance_price(head)
+            rows.append(
+                {
+                    "seed": seed,
+                    "head": name,
+                    "lead": lead,
+                    "price": price,
+                    "predicted": lead / price if price > 0 else math.inf,
+                    "held": holding(head, batches, distances),
+                }
+            )
+    return rows
+
+
+def format_rows(rows: Sequence[dict[str, float | int | str]], ceiling: int) -> str:
+    """A plain-text table of :func:`seed_rows`: price, prediction and measured distance.
+
+    The price prints to one decimal and the prediction as the largest whole distance
+    ``d`` with ``d * price <= lead`` (``> ceiling`` past the test's ceiling): digits a
+    re-run on another CPU reproduces.
+    """
+    lines = ["seed  head      price  predicted  held"]
+    for r in rows:
+        over = r["predicted"] > ceiling
+        pred = f"> {ceiling}" if over else str(math.floor(r["predicted"]))
+        name = f"{r['seed']:4}  {r['head']:<8}"
+        lines.append(f"{name} {r['price']:6.1f}  {pred:>9}  {r['held']:4}")
+    return "\n".join(lines)
