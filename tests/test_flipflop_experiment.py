@@ -161,7 +161,20 @@ def test_distance_price_and_seed_rows():
     distances = [1, 6]
     batches = ff.held_out_batches(distances, n=5)
     rows = ff.seed_rows([{"FoX": fox, "NoPE": ff.make_head("NoPE")}], batches, distances)
-    assert [r["head"] for r in rows] == ["FoX", "NoPE"] and rows[1]["predicted"] == math.inf
-    assert math.isclose(rows[0]["predicted"], ff.content_lead(fox) / s, rel_tol=1e-4)
-    text = ff.format_rows(rows, ceiling=6)
-    assert text.count("\n") == 2 and "    > 6" in text.splitlines()[2]
+    assert [r["head"] for r in rows] == ["FoX", "NoPE"] and math.isnan(rows[1]["bound"])
+    want = ff.holding_bound(ff.content_lead(fox), s)
+    assert math.isclose(rows[0]["bound"], want, rel_tol=1e-4)
+    text = ff.format_rows(rows, ceiling=6).splitlines()
+    assert len(text) == 3 and text[2].endswith("< 0.1      -     0")
+    assert "   0.3  " in text[1]
+
+
+def test_holding_bound_matches_the_attention_it_promises():
+    lead, price = 20.0, 0.5
+    d = ff.holding_bound(lead, price)
+    assert 32 < d < 32.5  # (20 - ln 19 - ln(1 / (1 - e^-0.5))) / 0.5 = 32.2
+    # at distance d the write's share against infinitely many noise keys is 95%
+    noise = 1 / (1 - math.exp(-price))
+    write = math.exp(lead - price * d)
+    assert math.isclose(write / (write + noise), 0.95, rel_tol=1e-12)
+    assert math.isnan(ff.holding_bound(lead, 0.0))

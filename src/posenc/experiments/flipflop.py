@@ -299,16 +299,28 @@ def distance_price(head: FlipFlopHead) -> float:
     return 0.0
 
 
+def holding_bound(lead: float, price: float, need: float = 0.95) -> float:
+    """The distance a head with one ``price`` per token holds at least (``nan`` at 0).
+
+    A write ``d`` tokens back scores ``lead - price * d`` above a noise key at distance 0;
+    the noise keys together weigh at most ``1 / (1 - e^-price)`` such keys. The write takes
+    ``need`` of the attention once its lead over that sum reaches ``ln(need / (1 - need))``
+    (``ln 19`` for 95%), so ``d <= (lead - ln 19 - ln(1 / (1 - e^-price))) / price``.
+    """
+    if not price > 0:
+        return math.nan
+    noise = -math.log1p(-math.exp(-price))  # ln(1 / (1 - e^-price))
+    return (lead - math.log(need / (1 - need)) - noise) / price
+
+
 def seed_rows(
     heads: Sequence[dict[str, FlipFlopHead]],
     batches: Sequence[tuple[torch.Tensor, torch.Tensor]],
     distances: Sequence[int],
 ) -> list[dict[str, float | int | str]]:
-    """One row per seed and head: lead, price, predicted and measured holding distance.
+    """One row per seed and head: lead, price, :func:`holding_bound` and measured distance.
 
-    ``heads[seed]`` maps a name to a trained head. The prediction is
-    ``content_lead / distance_price``: the distance at which the bias has eaten the
-    write's mean lead over a noise token (``inf`` for a price of 0).
+    ``heads[seed]`` maps a name to a trained head.
     """
     rows = []
     for seed, named in enumerate(heads):
@@ -320,7 +332,7 @@ def seed_rows(
                     "head": name,
                     "lead": lead,
                     "price": price,
-                    "predicted": lead / price if price > 0 else math.inf,
+                    "bound": holding_bound(lead, price),
                     "held": holding(head, batches, distances),
                 }
             )
@@ -328,16 +340,20 @@ def seed_rows(
 
 
 def format_rows(rows: Sequence[dict[str, float | int | str]], ceiling: int) -> str:
-    """A plain-text table of :func:`seed_rows`: price, prediction and measured distance.
+    """A plain-text table of :func:`seed_rows`: price, bound and measured distance.
 
-    The price prints to one decimal and the prediction as the largest whole distance
-    ``d`` with ``d * price <= lead`` (``> ceiling`` past the test's ceiling): digits a
-    re-run on another CPU reproduces.
+    The price prints to one decimal (``< 0.1`` below 0.1) and the bound rounded down
+    (``> ceiling`` past the test's ceiling, ``-`` where there is none): digits a re-run on
+    another CPU reproduces.
     """
-    lines = ["seed  head      price  predicted  held"]
+    lines = ["seed  head      price  bound  held"]
     for r in rows:
-        over = r["predicted"] > ceiling
-        pred = f"> {ceiling}" if over else str(math.floor(r["predicted"]))
+        bound = r["bound"]
+        if math.isnan(bound):
+            text = "-"
+        else:
+            text = f"> {ceiling}" if bound > ceiling else str(math.floor(bound))
         name = f"{r['seed']:4}  {r['head']:<8}"
-        lines.append(f"{name} {r['price']:6.1f}  {pred:>9}  {r['held']:4}")
+        price = "< 0.1" if r["price"] < 0.1 else f"{r['price']:.1f}"
+        lines.append(f"{name} {price:>6}  {text:>5}  {r['held']:4}")
     return "\n".join(lines)
